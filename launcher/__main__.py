@@ -1,0 +1,61 @@
+"""Entry point: `python -m launcher [run|plan|validate|mesh] [flags] [overrides]`.
+
+Composition, validation and planning never import torch, ray, vllm or megatron, so
+`plan`/`validate` answer in well under a second; only `run` loads the RL stack.
+"""
+import sys
+
+from launcher.cli.args import Args, UsageError, parse_args
+from launcher.cli.commands import EXIT_CONFIG, cmd_plan, cmd_run, cmd_validate
+from launcher.cli.help import help_text
+from launcher.compose import compose
+from launcher.errors import ConfigError
+from launcher.report import findings_json, findings_text
+from launcher.rundir import resolved_yaml
+
+
+def _dispatch(args: Args) -> int:
+    if args.help is not None:
+        sys.stdout.write(help_text(args.help))
+        return 0
+    if args.multirun:
+        from launcher.cli.sweep import cmd_sweep
+
+        return cmd_sweep(args)
+    if args.command == "validate":
+        return cmd_validate(args.overrides, args.format, args.all)
+    if args.command == "mesh":
+        from launcher.cli.mesh import cmd_mesh
+
+        return cmd_mesh(args.overrides, args.format)
+    composed = compose(args.overrides)
+    if args.cfg is not None:
+        sys.stdout.write(resolved_yaml(composed))
+        return 0
+    if args.command == "plan":
+        return cmd_plan(composed, args.format, args.keep)
+    return cmd_run(composed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_args(argv)
+    except UsageError as err:
+        sys.stderr.write(f"usage error: {err}\n")
+        return EXIT_CONFIG
+    try:
+        return _dispatch(args)
+    except ConfigError as err:
+        if args.format == "json":
+            sys.stdout.write(findings_json(err.findings, None) + "\n")
+        else:
+            sys.stderr.write(findings_text(err.findings, "config error: "))
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

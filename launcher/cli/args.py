@@ -1,0 +1,68 @@
+"""Command-line parsing: a subcommand, launcher flags, Hydra-style flags and overrides.
+
+Hydra's override grammar is kept for everything that is not a flag, so
+`python -m launcher plan recipe=dapo_async trainer.mesh.tp=4` reads as in any Hydra app.
+"""
+from dataclasses import dataclass, field
+
+COMMANDS = ("run", "plan", "validate", "mesh")
+FORMATS = ("text", "json")
+
+
+class UsageError(Exception):
+    """Bad command line (not bad config); exit code 2."""
+
+
+@dataclass
+class Args:
+    command: str = "run"
+    overrides: list[str] = field(default_factory=list)
+    multirun: bool = False
+    cfg: str | None = None
+    help: str | None = None
+    format: str = "text"
+    all: bool = False
+    keep: list[str] = field(default_factory=list)
+
+
+def _take_value(argv: list[str], i: int, flag: str) -> tuple[str, int]:
+    token = argv[i]
+    if "=" in token and token.startswith("--"):
+        return token.split("=", 1)[1], i + 1
+    if i + 1 >= len(argv):
+        raise UsageError(f"{flag} needs a value")
+    return argv[i + 1], i + 2
+
+
+def parse_args(argv: list[str]) -> Args:
+    args = Args()
+    i = 0
+    if argv and argv[0] in COMMANDS:
+        args.command, i = argv[0], 1
+    while i < len(argv):
+        token = argv[i]
+        name = token.split("=", 1)[0]
+        if name in ("-m", "--multirun"):
+            args.multirun, i = True, i + 1
+        elif name in ("-h", "--help"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else ""
+            args.help, i = ("keys", i + 2) if nxt == "keys" else ("", i + 1)
+        elif name in ("-c", "--cfg"):
+            args.cfg, i = _take_value(argv, i, "--cfg")
+            if args.cfg not in ("job", "all"):
+                raise UsageError(f"--cfg takes `job` or `all`, got `{args.cfg}`")
+        elif name == "--format":
+            args.format, i = _take_value(argv, i, "--format")
+            if args.format not in FORMATS:
+                raise UsageError(f"--format takes one of {', '.join(FORMATS)}, got `{args.format}`")
+        elif name == "--all":
+            args.all, i = True, i + 1
+        elif name == "--keep":
+            value, i = _take_value(argv, i, "--keep")
+            args.keep.extend(v for v in value.split(",") if v)
+        elif token.startswith("-"):
+            raise UsageError(f"unknown flag `{token}`; see `python -m launcher --help`")
+        else:
+            args.overrides.append(token)
+            i += 1
+    return args

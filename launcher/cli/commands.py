@@ -1,0 +1,85 @@
+"""The subcommands. Each composes, checks and plans before anything is started or written."""
+import sys
+from pathlib import Path
+
+from launcher._config_files import available
+from launcher.compose import Composed, compose
+from launcher.errors import ConfigError, Finding
+from launcher.plan import make_plan
+from launcher.report import findings_json, findings_text
+from launcher.rundir import resolved_yaml, write_run_files
+from launcher.validate import check
+
+EXIT_OK, EXIT_INVALID, EXIT_CONFIG = 0, 1, 2
+
+
+def check_point(composed: Composed):
+    """Plan (as far as it goes) and run every rule: (findings, plan or None)."""
+    plan = make_plan(composed.config)
+    return check(composed.config, plan), plan
+
+
+def _has_error(findings: list[Finding]) -> bool:
+    return any(f.severity == "error" for f in findings)
+
+
+def cmd_validate(overrides: list[str], fmt: str, all_recipes: bool) -> int:
+    points = [[f"recipe={r}"] + overrides for r in sorted(available("recipe"))] if all_recipes else [overrides]
+    worst, outputs = EXIT_OK, []
+    for point in points:
+        code, text = _validate_one(point, fmt)
+        worst = max(worst, code)
+        outputs.append(text)
+    if fmt == "json" and all_recipes:
+        sys.stdout.write("[\n" + ",\n".join(outputs) + "\n]\n")
+    else:
+        sys.stdout.write("".join(o if o.endswith("\n") else o + "\n" for o in outputs))
+    return worst
+
+
+def _validate_one(point: list[str], fmt: str) -> tuple[int, str]:
+    label = " ".join(point) or "(defaults)"
+    try:
+        composed = compose(point)
+    except ConfigError as err:
+        text = findings_json(err.findings, None) if fmt == "json" else findings_text(err.findings, f"{label}: ")
+        return EXIT_CONFIG, text
+    findings, plan = check_point(composed)
+    plan_dict = plan.to_dict() if plan.mesh_ok else None
+    code = EXIT_INVALID if _has_error(findings) else EXIT_OK
+    if fmt == "json":
+        return code, findings_json(findings, plan_dict)
+    return code, findings_text(findings, f"{label} [{composed.choices['recipe']} on {composed.choices['cluster']}]: ")
+
+
+def cmd_plan(composed: Composed, fmt: str, keep: list[str]) -> int:
+    from launcher.plan.render import plan_tables
+    from launcher.plan.replan import replan_keeping
+
+    findings, plan = check_point(composed)
+    if keep:
+        composed, findings, plan = replan_keeping(composed, keep, check_point)
+    if fmt == "json":
+        sys.stdout.write(findings_json(findings, plan.to_dict()) + "\n")
+    else:
+        sys.stdout.write("# resolved config\n" + resolved_yaml(composed) + "\n")
+        sys.stdout.write(plan_tables(plan) + "\n")
+        sys.stdout.write(findings_text(findings, "validation: "))
+    if _has_error(findings):
+        return EXIT_INVALID
+    run_dir = write_run_files(composed, plan.to_dict())
+    sys.stderr.write(f"wrote {Path(run_dir) / 'config.yaml'}, overrides.yaml, plan.json\n")
+    return EXIT_OK
+
+
+def cmd_run(composed: Composed) -> int:
+    findings, plan = check_point(composed)
+    if _has_error(findings):
+        sys.stderr.write(findings_text(findings, "refusing to start: "))
+        return EXIT_INVALID
+    if findings:
+        sys.stderr.write(findings_text(findings, "starting with "))
+    from launcher.orchestrate import launch
+
+    run_dir = write_run_files(composed, plan.to_dict())
+    return launch(composed, plan, run_dir)

@@ -1,0 +1,26 @@
+"""`--help` text: commands, config groups with their options, and the key reference."""
+from launcher._config_files import available
+from launcher.schema._docs import key_reference
+
+USAGE = """\
+GLM-5.3-Flash RL launcher: validate -> plan -> Ray -> train.
+
+  python -m launcher [overrides]                  run (default recipe: tiny_grpo)
+  python -m launcher plan [overrides]             checks + plan tables; starts nothing
+  python -m launcher validate [overrides] [--all] [--format text|json]
+  python -m launcher mesh [overrides] [--format text|json]   legal meshes, ranked
+  python -m launcher -m plan trainer.mesh.tp=2,4  sweep (every point validated first)
+
+Flags: -m/--multirun, --cfg job|all (print the composed config and exit),
+       --keep sequences_per_step (plan: re-plan the batch for this cluster),
+       --help keys (every config key with its meaning)
+Overrides use Hydra's grammar: recipe=NAME cluster=NAME model=NAME section.key=value
+"""
+
+
+def help_text(topic: str) -> str:
+    if topic == "keys":
+        return "\n".join(f"{key} ({tp}): {doc}" for key, tp, doc in key_reference()) + "\n"
+    groups = "\n".join(f"  {g}: {', '.join(sorted(available(g)))}" for g in ("recipe", "cluster", "model"))
+    sections = ", ".join(k for k, _, _ in key_reference() if "." not in k)
+    return f"{USAGE}\nConfig groups:\n{groups}\n\nSections: {sections}\n"

@@ -1,0 +1,87 @@
+"""Fixed choices of the config, as Enums.
+
+OmegaConf 2.3 validates Enum fields (a YAML string must name a member) but not
+`typing.Literal`, so every closed set of values is an Enum here. Member names are the
+exact strings users write in YAML.
+"""
+from enum import Enum
+
+
+class DType(str, Enum):
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float32 = "float32"
+
+
+class GpuArch(str, Enum):
+    """GPU generation; rules key on it (Blackwell needs FLA_TILELANG=0, Hopper needs
+    CUDA_DEVICE_MAX_CONNECTIONS=1 with TP/CP > 1)."""
+
+    cpu = "cpu"
+    ampere = "ampere"
+    ada = "ada"
+    hopper = "hopper"
+    blackwell = "blackwell"
+
+
+# Functional form because `async` is a Python keyword and OmegaConf matches YAML
+# strings against member names.
+PlacementMode = Enum("PlacementMode", [("colocated", "colocated"), ("async", "async")], type=str)
+
+
+class TrainerBackendName(str, Enum):
+    megatron = "megatron"
+    hf = "hf"
+
+
+class InferenceBackendName(str, Enum):
+    vllm = "vllm"
+    hf = "hf"
+
+
+class RecomputeGranularity(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+class RecomputeMethod(str, Enum):
+    uniform = "uniform"
+    block = "block"
+
+
+class KvCacheDtype(str, Enum):
+    auto = "auto"
+    bfloat16 = "bfloat16"
+    fp8 = "fp8"
+
+
+class RouterPolicy(str, Enum):
+    round_robin = "round_robin"
+    least_loaded = "least_loaded"
+
+
+class AlgorithmName(str, Enum):
+    grpo = "grpo"
+    dapo = "dapo"
+
+
+class LossAgg(str, Enum):
+    """How per-token losses become one number: `token_mean` averages over every token
+    of the mini-batch (DAPO), `seq_mean_token_mean` averages per sequence first (GRPO)."""
+
+    token_mean = "token_mean"
+    seq_mean_token_mean = "seq_mean_token_mean"
+    seq_mean_token_sum = "seq_mean_token_sum"
+
+
+class LogBackend(str, Enum):
+    console = "console"
+    jsonl = "jsonl"
+    wandb = "wandb"
+
+
+class WandbMode(str, Enum):
+    online = "online"
+    offline = "offline"
+    disabled = "disabled"
