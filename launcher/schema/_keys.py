@@ -19,9 +19,9 @@ def type_name(tp) -> str:
     inner, optional = _unwrap_optional(tp)
     if isinstance(inner, type) and issubclass(inner, enum.Enum):
         name = "one of [" + ", ".join(m.name for m in inner) + "]"
-    elif typing.get_origin(inner) in (list, typing.List):
+    elif typing.get_origin(inner) in (list, list):
         name = "list of " + type_name(typing.get_args(inner)[0])
-    elif typing.get_origin(inner) in (dict, typing.Dict):
+    elif typing.get_origin(inner) in (dict, dict):
         name = "mapping of str to " + type_name(typing.get_args(inner)[1])
     else:
         name = getattr(inner, "__name__", str(inner))

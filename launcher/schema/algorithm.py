@@ -20,6 +20,9 @@ class OverlongConfig:
     penalised linearly; 0 = off. Must be < max_response_len."""
     penalty: float = 1.0
     """Penalty at max_response_len (reward minus up to this)."""
+    expected_response_len: Optional[int] = None
+    """Mean response length you observe (tokens); null = 0.6 x max_response_len. The validator
+    warns when the penalty starts below it, i.e. when most responses would be penalised."""
 
 
 @dataclass

@@ -13,6 +13,8 @@ class GpuConfig:
     """Usable device memory per GPU in GiB (2^30 B). Bounds every per-GPU memory rule."""
     bf16_tflops: float = 1.0
     """Peak dense bf16 TFLOP/s per GPU; the cost model applies an efficiency to it."""
+    hbm_tbps: float = 0.05
+    """Device memory bandwidth in TB/s; sets the decode-step time in the generation estimate."""
     arch: GpuArch = GpuArch.cpu
     """Generation: blackwell adds FLA_TILELANG=0, hopper/blackwell with TP/CP > 1 add
     CUDA_DEVICE_MAX_CONNECTIONS=1 to every worker's environment."""

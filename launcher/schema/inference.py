@@ -1,6 +1,5 @@
 """`inference:` section: the generation engines (vLLM or HF)."""
 from dataclasses import dataclass, field
-from typing import List
 
 from launcher.schema._choices import InferenceBackendName, KvCacheDtype, RouterPolicy
 
@@ -39,5 +38,5 @@ class InferenceConfig:
     """Requests in flight per engine; x engines must stay within router.queue_size."""
     router: RouterConfig = field(default_factory=RouterConfig)
     """Request router in front of the engines."""
-    lora_targets: List[str] = field(default_factory=list)
+    lora_targets: list[str] = field(default_factory=list)
     """vLLM LoRA target modules for adapter sync; must include `experts` when trainer.lora.merge is false."""

@@ -1,6 +1,6 @@
 """`logging:` section: where per-step metrics go."""
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Optional
 
 from launcher.schema._choices import LogBackend, WandbMode
 
@@ -17,7 +17,7 @@ class WandbConfig:
 
 @dataclass
 class LoggingConfig:
-    backends: List[LogBackend] = field(default_factory=lambda: [LogBackend.console, LogBackend.jsonl])
+    backends: list[LogBackend] = field(default_factory=lambda: [LogBackend.console, LogBackend.jsonl])
     """Metric sinks: console (one line per step), jsonl (`<run dir>/metrics.jsonl`), wandb."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """Used only when `wandb` is among backends."""

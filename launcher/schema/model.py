@@ -5,7 +5,7 @@ Every rule reads model facts from `arch` (has mHC = hc_mult > 1, has KDA = a
 with the feature. Field names and defaults are the HF `glm5_next` text config's.
 """
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Optional
 
 from launcher.schema._choices import DType
 
@@ -60,7 +60,7 @@ class ArchConfig:
     """Tokens per k-pool of the indexer; index_topk % index_kpool == 0; 1 = no pooling."""
     index_kpool_always_select_tail: bool = True
     """Always attend to the incomplete last pool (HF default)."""
-    indexer_types: Optional[List[str]] = None
+    indexer_types: Optional[list[str]] = None
     """Per-layer indexer mode, `full` or `shared`; null = HF's default schedule."""
     linear_num_heads: int = 64
     """KDA heads; must divide by trainer.mesh.tp and inference.tp."""
@@ -78,10 +78,10 @@ class ArchConfig:
     """Epsilon inside the sqrt of GLM's mHC norm (why fused mHC kernels cannot be used)."""
     rms_norm_eps: float = 1.0e-5
     """RMSNorm epsilon of the decoder norms."""
-    layer_types: Optional[List[str]] = None
+    layer_types: Optional[list[str]] = None
     """Per-layer attention: `linear_attention` (KDA) or `indexed_attention` (DSA);
     null = HF's default (KDA where idx % 4 != 3)."""
-    mlp_layer_types: Optional[List[str]] = None
+    mlp_layer_types: Optional[list[str]] = None
     """Per-layer MLP: `dense` or `sparse` (MoE); null = first 3 dense, rest sparse."""
     tie_word_embeddings: bool = False
     """Share the embedding and lm_head (GLM-5.3-Flash: untied)."""

@@ -1,6 +1,5 @@
 """The whole run config: one field per public section (DESIGN.md)."""
 from dataclasses import dataclass, field
-from typing import Dict
 
 from launcher.schema.algorithm import AlgorithmConfig
 from launcher.schema.checkpoint import CheckpointConfig
@@ -36,5 +35,5 @@ class LauncherConfig:
     """Metric sinks."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpointing."""
-    env: Dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for every Ray worker (merged over the planner's)."""

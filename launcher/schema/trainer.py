@@ -1,6 +1,6 @@
 """`trainer:` section: the training group (Megatron or HF), its mesh, memory knobs and LoRA."""
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Optional
 
 from launcher.schema._choices import RecomputeGranularity, RecomputeMethod, TrainerBackendName
 
@@ -25,7 +25,7 @@ class MeshConfig:
 class RecomputeConfig:
     granularity: RecomputeGranularity = RecomputeGranularity.none
     """`selective` recomputes the listed modules; `full` whole layers (rejected with mHC)."""
-    modules: List[str] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)
     """Selective modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe,
     shared_experts, gdn_norm_out (with mHC not layernorm, mlp or mhc)."""
     method: Optional[RecomputeMethod] = None
@@ -53,7 +53,7 @@ class LoraConfig:
     """LoRA rank; 0 = full fine-tuning. With normalize_moe_lora, rank % arch.num_experts_per_tok == 0."""
     alpha: float = 32.0
     """LoRA scaling numerator (scale = alpha / rank)."""
-    targets: List[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
     """Megatron module names that get adapters (linear_q_down_proj, ..., KDA q_proj ...);
     f_b_proj and g_b_proj cannot be targets (vLLM's LoRA kernel needs contiguous weights)."""
     merge: bool = True

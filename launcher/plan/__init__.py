@@ -1,0 +1,69 @@
+"""The planner: every derived number of a run, computed once, with where it came from.
+
+Pure Python over the typed config (no torch, ray, vllm or megatron), so `plan` and
+`validate` run anywhere in well under a second. Rules read the plan; they never
+recompute what is here.
+"""
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from launcher.plan._origin import Origins
+from launcher.plan.batch import BatchPlan, plan_batch
+from launcher.plan.env import plan_env
+from launcher.plan.lora import LoraPlan, plan_lora
+from launcher.plan.memory import MemoryPlan, plan_memory
+from launcher.plan.mesh import MeshPlan, plan_mesh
+from launcher.plan.params import ParamCounts, count_params
+from launcher.plan.placement import GpuSlot, PlacementPlan, plan_placement
+from launcher.plan.sync import SyncPlan, plan_sync
+from launcher.plan.timing import TimingPlan, plan_timing
+from launcher.schema.root import LauncherConfig
+
+__all__ = ["Plan", "make_plan", "GpuSlot"]
+
+
+@dataclass
+class Plan:
+    params: ParamCounts
+    mesh: MeshPlan
+    placement: PlacementPlan
+    batch: BatchPlan
+    lora: LoraPlan
+    memory: MemoryPlan
+    sync: SyncPlan
+    timing: TimingPlan
+    env: dict[str, str]
+    origins: dict[str, str]
+
+    @property
+    def mesh_ok(self) -> bool:
+        return self.mesh.ok
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["params"].pop("split")
+        out["params"]["split"] = {"tp_sharded": self.params.split.tp, "replicated": self.params.split.rep,
+                                  "routed_experts": self.params.split.exp}
+        return out
+
+
+def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) -> Plan:
+    log = Origins()
+    params = count_params(cfg.model.arch)
+    log.add("params.total", f"{params.total:,}", "architecture fields (exact count)")
+    log.add("params.active", f"{params.active:,}", f"top-{cfg.model.arch.num_experts_per_tok} routed experts per token")
+    mesh = plan_mesh(cfg, log)
+    placement = plan_placement(cfg, log)
+    batch = plan_batch(cfg, mesh.dp, log)
+    lora = plan_lora(cfg, mesh.tp, mesh.ep * mesh.etp)
+    memory = plan_memory(cfg, params, mesh, lora)
+    sync = plan_sync(cfg, params, lora, mesh.trainer_gpus)
+    log.add("sync.seconds", f"{sync.seconds:.1f}", f"{sync.gib_per_engine:.1f} GiB {sync.kind} over {sync.link}")
+    timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus)
+    log.add("timing.recommended_nccl_timeout_s", timing.recommended_nccl_timeout_s,
+            f"{timing.longest_wait_phase} ~{timing.longest_wait_s:.0f} s x margin")
+    env = plan_env(cfg, os.environ if driver_env is None else driver_env, log)
+    return Plan(params=params, mesh=mesh, placement=placement, batch=batch, lora=lora, memory=memory,
+                sync=sync, timing=timing, env=env, origins=log.lines)

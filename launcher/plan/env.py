@@ -1,0 +1,36 @@
+"""Environment of every Ray worker: what the planner knows the stack needs, then the user's.
+
+A driver-side export never reaches Ray workers, so CUDA_HOME (TileLang JIT-compiles with
+nvcc from it) is forwarded explicitly; the user's `env` section wins over planner values.
+"""
+from collections.abc import Mapping
+
+from launcher.plan._arch import facts
+from launcher.plan._origin import Origins
+from launcher.schema.root import LauncherConfig
+
+PRE_BLACKWELL = ("ampere", "ada", "hopper")
+
+
+def plan_env(cfg: LauncherConfig, driver_env: Mapping[str, str], log: Origins) -> dict[str, str]:
+    env: dict[str, str] = {}
+    arch, mesh = cfg.cluster.gpu.arch.value, cfg.trainer.mesh
+    if "CUDA_HOME" in driver_env:
+        env["CUDA_HOME"] = driver_env["CUDA_HOME"]
+        log.add("env.CUDA_HOME", env["CUDA_HOME"], "the driver's CUDA_HOME (workers do not inherit exports)")
+    if arch == "blackwell" and facts(cfg.model.arch).has_kda:
+        env["FLA_TILELANG"] = "0"
+        log.add("env.FLA_TILELANG", 0, "KDA kernels on Blackwell")
+    if arch in PRE_BLACKWELL and (mesh.tp > 1 or mesh.cp > 1) and cfg.trainer.backend.value == "megatron":
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        log.add("env.CUDA_DEVICE_MAX_CONNECTIONS", 1, f"{arch} with tp {mesh.tp} / cp {mesh.cp}: Megatron requires it")
+    env["LAUNCHER_NCCL_TIMEOUT_S"] = str(cfg.trainer.nccl_timeout_s)
+    env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
+    if cfg.inference.backend.value == "vllm":
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in the actor's process: weights reload in place
+        if cfg.trainer.lora.rank > 0 and not cfg.trainer.lora.merge:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if arch == "cpu":
+        env["OMP_NUM_THREADS"] = "1"  # one thread per worker: trainer ranks and engines share few cores
+    env.update({k: str(v) for k, v in cfg.env.items()})
+    return env

@@ -1,0 +1,80 @@
+"""LoRA adapter sizes from the target list: what the trainer stores and what adapter sync ships.
+
+Megatron target names map to (in, out) widths per layer kind. Routed experts get their
+own adapters on linear_fc1/linear_fc2 (rank / top-k with normalize_moe_lora, one shared
+adapter per layer with share_expert_adapters). Per-GPU counts divide TP-sharded modules
+by tp and expert adapters by ep x etp: an approximation, the replicated half of each
+adapter pair is under 1% of GPU memory.
+"""
+from dataclasses import dataclass
+
+from launcher.plan._arch import DSA, KDA, SPARSE, facts
+from launcher.schema.root import LauncherConfig
+
+# name -> (layer kind it lives in, sharded by TP)
+ATTENTION_TARGETS = {
+    "linear_q_down_proj": (DSA, False), "linear_q_up_proj": (DSA, True),
+    "linear_kv_down_proj": (DSA, False), "linear_kv_up_proj": (DSA, True), "linear_proj": (DSA, True),
+    "q_proj": (KDA, True), "k_proj": (KDA, True), "v_proj": (KDA, True), "b_proj": (KDA, True),
+    "f_a_proj": (KDA, False), "g_a_proj": (KDA, False), "o_proj": (KDA, True),
+    "f_b_proj": (KDA, True), "g_b_proj": (KDA, True),
+}
+MLP_TARGETS = ("linear_fc1", "linear_fc2")
+KNOWN_TARGETS = tuple(ATTENTION_TARGETS) + MLP_TARGETS
+
+
+@dataclass
+class LoraPlan:
+    rank: int
+    expert_rank: int
+    params_total: int
+    params_per_gpu: int
+
+
+def _attention_widths(cfg: LauncherConfig) -> dict[str, tuple[int, int]]:
+    a = cfg.model.arch
+    h, kda_w = a.hidden_size, a.linear_num_heads * a.linear_head_dim
+    return {
+        "linear_q_down_proj": (h, a.q_lora_rank),
+        "linear_q_up_proj": (a.q_lora_rank, a.num_attention_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim)),
+        "linear_kv_down_proj": (h, a.kv_lora_rank + a.qk_rope_head_dim),
+        "linear_kv_up_proj": (a.kv_lora_rank, a.num_attention_heads * (a.qk_nope_head_dim + a.v_head_dim)),
+        "linear_proj": (a.num_attention_heads * a.v_head_dim, h),
+        "q_proj": (h, kda_w), "k_proj": (h, kda_w), "v_proj": (h, kda_w), "b_proj": (h, a.linear_num_heads),
+        "f_a_proj": (h, a.linear_head_dim), "g_a_proj": (h, a.linear_head_dim), "o_proj": (kda_w, h),
+        "f_b_proj": (a.linear_head_dim, kda_w), "g_b_proj": (a.linear_head_dim, kda_w),
+    }
+
+
+def _mlp_adapter(rank: int, h: int, inter: int, targets: list[str]) -> int:
+    fc1 = rank * (h + 2 * inter) if "linear_fc1" in targets else 0
+    fc2 = rank * (inter + h) if "linear_fc2" in targets else 0
+    return fc1 + fc2
+
+
+def plan_lora(cfg: LauncherConfig, tp: int, expert_shards: int) -> LoraPlan:
+    lora, a = cfg.trainer.lora, cfg.model.arch
+    if lora.rank <= 0:
+        return LoraPlan(rank=0, expert_rank=0, params_total=0, params_per_gpu=0)
+    f = facts(a)
+    widths = _attention_widths(cfg)
+    topk = max(a.num_experts_per_tok, 1)
+    expert_rank = max(lora.rank // topk, 1) if lora.normalize_moe_lora else lora.rank
+    total = per_gpu = 0.0
+    for kind in f.layer_types:
+        for name in lora.targets:
+            if name in ATTENTION_TARGETS and ATTENTION_TARGETS[name][0] == kind:
+                n = lora.rank * sum(widths[name])
+                total += n
+                per_gpu += n / tp if ATTENTION_TARGETS[name][1] else n
+    for kind in f.mlp_layer_types:
+        if kind != SPARSE:
+            n = _mlp_adapter(lora.rank, a.hidden_size, a.intermediate_size, lora.targets)
+            total, per_gpu = total + n, per_gpu + n / tp
+            continue
+        shared = _mlp_adapter(lora.rank, a.hidden_size, a.moe_intermediate_size * a.n_shared_experts, lora.targets)
+        one = _mlp_adapter(expert_rank, a.hidden_size, a.moe_intermediate_size, lora.targets)
+        routed = one if lora.share_expert_adapters else one * a.n_routed_experts
+        total += shared + routed
+        per_gpu += shared / tp + (routed if lora.share_expert_adapters else routed / expert_shards)
+    return LoraPlan(rank=lora.rank, expert_rank=expert_rank, params_total=int(total), params_per_gpu=int(per_gpu))

@@ -1,0 +1,56 @@
+"""Which node/GPU hosts each trainer rank and each inference engine.
+
+Colocated: trainer rank i owns GPU i (node-major) and engine j spans GPUs
+[j*tp, (j+1)*tp) of the same set, so every GPU holds one trainer rank and one engine
+shard. Async: trainer nodes first, inference nodes after them, disjoint.
+"""
+from dataclasses import dataclass
+
+from launcher.plan._origin import Origins
+from launcher.schema.root import LauncherConfig
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    node: int
+    gpu: int
+
+
+@dataclass
+class PlacementPlan:
+    mode: str
+    trainer_nodes: list[int]
+    inference_nodes: list[int]
+    trainer_slots: list[GpuSlot]
+    engine_slots: list[list[GpuSlot]]
+    gpus_needed: int
+    """GPUs the placement occupies (async: trainer + inference; colocated: the shared set)."""
+
+
+def _slots(nodes: list[int], gpus_per_node: int) -> list[GpuSlot]:
+    return [GpuSlot(n, g) for n in nodes for g in range(gpus_per_node)]
+
+
+def _engines(slots: list[GpuSlot], engines: int, tp: int) -> list[list[GpuSlot]]:
+    return [slots[j * tp:(j + 1) * tp] for j in range(engines) if (j + 1) * tp <= len(slots)]
+
+
+def plan_placement(cfg: LauncherConfig, log: Origins) -> PlacementPlan:
+    c, p, inf = cfg.cluster, cfg.placement, cfg.inference
+    gpn = c.gpus_per_node
+    if p.mode.value == "async":
+        n_inf = p.inference_nodes or 1
+        n_train = p.trainer_nodes or max(c.nodes - n_inf, 0)
+        train_nodes = list(range(n_train))
+        inf_nodes = list(range(n_train, n_train + n_inf))
+        needed = (n_train + n_inf) * gpn
+    else:
+        n_train = p.trainer_nodes or c.nodes
+        train_nodes = inf_nodes = list(range(n_train))
+        needed = n_train * gpn
+    log.add("placement.trainer_nodes", train_nodes, f"placement.mode={p.mode.value}")
+    log.add("placement.inference_nodes", inf_nodes, f"placement.mode={p.mode.value}")
+    inf_slots = _slots(inf_nodes, gpn)
+    return PlacementPlan(mode=p.mode.value, trainer_nodes=train_nodes, inference_nodes=inf_nodes,
+                         trainer_slots=_slots(train_nodes, gpn),
+                         engine_slots=_engines(inf_slots, inf.engines, inf.tp), gpus_needed=needed)

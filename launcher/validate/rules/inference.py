@@ -1,0 +1,130 @@
+"""Inference rules (DOMAIN.md sections 4 and 5): engine layout, KDA grid, memory share, router."""
+from launcher.plan._arch import facts
+from launcher.validate.registry import error, rule, warning
+
+KDA_GRID_LIMIT = 65535
+
+
+@rule("INF001")
+def tp_divides_heads(cfg, plan):
+    """inference.tp divides attention and KDA heads."""
+    a, tp = cfg.model.arch, cfg.inference.tp
+    heads = [a.num_attention_heads] + ([a.linear_num_heads] if facts(a).has_kda else [])
+    bad = [h for h in heads if h % tp]
+    if bad:
+        yield error("INF001", "inference.tp", f"inference.tp={tp} does not divide heads {bad}",
+                    "vLLM shards heads across the engine's tensor-parallel ranks.", f"Use a tp that divides {bad[0]}.")
+
+
+@rule("INF002")
+def engines_fit_placement(cfg, plan):
+    """engines x tp matches the placement."""
+    inf, p = cfg.inference, plan.placement
+    gpus = inf.engines * inf.tp
+    if p.mode == "colocated" and gpus != plan.mesh.trainer_gpus:
+        yield error("INF002", "inference.engines",
+                    f"colocated engines x tp = {inf.engines} x {inf.tp} = {gpus} != {plan.mesh.trainer_gpus} trainer GPUs",
+                    "Colocated mode shares every GPU between one trainer rank and one engine shard.",
+                    f"Set inference.engines = {plan.mesh.trainer_gpus // inf.tp if inf.tp else 0} for tp {inf.tp}.")
+    available = len(p.inference_nodes) * cfg.cluster.gpus_per_node
+    if p.mode == "async" and gpus > available:
+        yield error("INF002", "inference.engines",
+                    f"engines x tp = {gpus} GPUs > {available} GPUs on the inference nodes",
+                    "Async engines only run on the inference nodes.",
+                    "Lower inference.engines or raise placement.inference_nodes.")
+
+
+@rule("INF003")
+def kda_grid(cfg, plan):
+    """max_num_seqs within the KDA kernel grid for its tp."""
+    a, inf = cfg.model.arch, cfg.inference
+    if not facts(a).has_kda or a.linear_num_heads % inf.tp:
+        return
+    per_rank = a.linear_num_heads // inf.tp
+    limit = KDA_GRID_LIMIT // per_rank
+    if inf.max_num_seqs > limit:
+        yield error("INF003", "inference.max_num_seqs",
+                    f"inference.max_num_seqs={inf.max_num_seqs} x {per_rank} KDA heads per rank > {KDA_GRID_LIMIT}",
+                    "The KDA recurrent kernel launches batch x heads blocks in one grid dimension (max 65535), "
+                    "CUDA-graph capture at that size fails.",
+                    f"Set inference.max_num_seqs <= {limit} for tp {inf.tp}.")
+
+
+@rule("INF004")
+def utilization_range(cfg, plan):
+    """gpu_memory_utilization in (0, 1)."""
+    u = cfg.inference.gpu_memory_utilization
+    if not 0 < u < 1:
+        yield error("INF004", "inference.gpu_memory_utilization", f"inference.gpu_memory_utilization={u}",
+                    "It is the share of GPU memory the engine may take.", "Use a value in (0, 1), e.g. 0.7.")
+
+
+@rule("INF005")
+def sampler_headroom(cfg, plan):
+    """What gpu_memory_utilization leaves free covers context, NCCL and the sampler."""
+    u, cap = cfg.inference.gpu_memory_utilization, cfg.cluster.gpu.memory_gib
+    need = plan.memory.inference.outside_budget_gib
+    if 0 < u < 1 and (1 - u) * cap < need:
+        yield error("INF005", "inference.gpu_memory_utilization",
+                    f"gpu_memory_utilization={u} leaves {(1 - u) * cap:.1f} GiB of {cap:.0f} GiB, "
+                    f"{need:.1f} GiB is needed outside the budget",
+                    "The CUDA context, NCCL buffers and the sampler's logits live outside vLLM's budget; on a small "
+                    "card 0.9 left no room for the sampler.",
+                    f"Set inference.gpu_memory_utilization <= {max(1 - need / cap, 0):.2f}.")
+
+
+@rule("INF006")
+def router_queue(cfg, plan):
+    """The router queue exceeds the engines' total concurrency."""
+    inf = cfg.inference
+    fanout = inf.concurrency_per_engine * inf.engines
+    if fanout > inf.router.queue_size:
+        yield error("INF006", "inference.router.queue_size",
+                    f"concurrency_per_engine {inf.concurrency_per_engine} x {inf.engines} engines = {fanout} "
+                    f"> router.queue_size {inf.router.queue_size}",
+                    "Requests beyond the queue are dropped (a queue of 100 dropped requests in practice).",
+                    f"Set inference.router.queue_size >= {fanout}.")
+
+
+@rule("INF007")
+def router_timeout(cfg, plan):
+    """The router timeout outlasts a generation phase."""
+    inf, gen = cfg.inference, plan.timing.generation_s
+    if inf.router.queue_timeout_s < gen:
+        yield warning("INF007", "inference.router.queue_timeout_s",
+                      f"router.queue_timeout_s={inf.router.queue_timeout_s:.0f} < estimated generation phase {gen:.0f} s",
+                      "Queued requests wait up to a whole phase; a 60 s timeout dropped requests in practice.",
+                      f"Set inference.router.queue_timeout_s >= {int(gen) + 1}.")
+
+
+@rule("INF008")
+def concurrency_within_seqs(cfg, plan):
+    """concurrency_per_engine within max_num_seqs."""
+    inf = cfg.inference
+    if inf.concurrency_per_engine > inf.max_num_seqs:
+        yield warning("INF008", "inference.concurrency_per_engine",
+                      f"concurrency_per_engine={inf.concurrency_per_engine} > max_num_seqs={inf.max_num_seqs}",
+                      "Requests beyond max_num_seqs queue inside the engine (512 per engine made engines answer 502).",
+                      f"Set inference.concurrency_per_engine <= {inf.max_num_seqs}.")
+
+
+@rule("INF009")
+def expert_parallel_layout(cfg, plan):
+    """inference.ep is 1 or the engine's tp, and divides the experts."""
+    inf, n = cfg.inference, cfg.model.arch.n_routed_experts
+    if inf.ep not in (1, inf.tp) or (facts(cfg.model.arch).has_moe and n % inf.ep):
+        yield error("INF009", "inference.ep", f"inference.ep={inf.ep} with tp={inf.tp} and {n} experts",
+                    "vLLM's expert parallel (enable_expert_parallel) spans the engine's tensor-parallel GPUs.",
+                    f"Set inference.ep to 1 or {inf.tp} (and it must divide {n}).")
+
+
+@rule("INF010")
+def sleep_level(cfg, plan):
+    """sleep_level is 0, 1 or 2; colocated engines must sleep."""
+    lvl, mode = cfg.inference.sleep_level, plan.placement.mode
+    if lvl not in (0, 1, 2):
+        yield error("INF010", "inference.sleep_level", f"inference.sleep_level={lvl}",
+                    "vLLM sleep levels: 1 = weights to host + drop cache, 2 = drop both.", "Use 0, 1 or 2.")
+    elif mode == "async" and lvl:
+        yield warning("INF010", "inference.sleep_level", f"sleep_level={lvl} in async mode",
+                      "Async engines own their GPUs and never sleep; the level is ignored.", "Set sleep_level=0.")

@@ -1,0 +1,84 @@
+"""LoRA rules: MoE rank normalisation, adapter sync with vLLM, targetable modules."""
+from launcher.plan._arch import facts
+from launcher.plan.lora import KNOWN_TARGETS
+from launcher.validate.registry import error, rule, warning
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+NOT_TARGETABLE = ("f_b_proj", "g_b_proj")
+
+
+def _adapter_sync(cfg) -> bool:
+    return cfg.trainer.lora.rank > 0 and not cfg.trainer.lora.merge
+
+
+@rule("LORA001")
+def rank_divides_topk(cfg, plan):
+    """rank % top-k == 0 with normalize_moe_lora."""
+    lora, k = cfg.trainer.lora, cfg.model.arch.num_experts_per_tok
+    if lora.rank > 0 and lora.normalize_moe_lora and facts(cfg.model.arch).has_moe and lora.rank % k:
+        yield error("LORA001", "trainer.lora.rank",
+                    f"trainer.lora.rank={lora.rank} is not divisible by top-k model.arch.num_experts_per_tok={k}",
+                    "normalize_moe_lora gives each routed expert rank / top-k; it must be a whole number.",
+                    f"Use a rank that is a multiple of {k}, or normalize_moe_lora=false.")
+
+
+@rule("LORA002")
+def vllm_rank(cfg, plan):
+    """Adapter sync needs a vLLM-legal max_lora_rank."""
+    if _adapter_sync(cfg) and cfg.inference.backend.value == "vllm" and cfg.trainer.lora.rank not in VLLM_LORA_RANKS:
+        yield error("LORA002", "trainer.lora.rank", f"trainer.lora.rank={cfg.trainer.lora.rank} with adapter sync",
+                    "vLLM's max_lora_rank only takes " + ", ".join(map(str, VLLM_LORA_RANKS)) + ".",
+                    "Pick the rank from that list, or set trainer.lora.merge=true.")
+
+
+@rule("LORA003")
+def experts_in_vllm_targets(cfg, plan):
+    """Adapter sync of a MoE model needs `experts` among inference.lora_targets."""
+    if (_adapter_sync(cfg) and cfg.inference.backend.value == "vllm" and facts(cfg.model.arch).has_moe
+            and "experts" not in cfg.inference.lora_targets):
+        yield error("LORA003", "inference.lora_targets",
+                    f"inference.lora_targets={list(cfg.inference.lora_targets)} lacks `experts` with adapter sync",
+                    "vLLM fails with 'LoRA context must be set' when the MoE experts are not a LoRA target.",
+                    "Add `experts` to inference.lora_targets.")
+
+
+@rule("LORA004")
+def untargetable(cfg, plan):
+    """f_b_proj and g_b_proj cannot be LoRA targets."""
+    bad = [t for t in cfg.trainer.lora.targets if t in NOT_TARGETABLE]
+    bad += [t for t in cfg.inference.lora_targets if t in NOT_TARGETABLE]
+    if cfg.trainer.lora.rank > 0 and bad:
+        yield error("LORA004", "trainer.lora.targets", f"LoRA targets {sorted(set(bad))}",
+                    "These KDA projections are non-contiguous views in vLLM's LoRA kernel.",
+                    "Remove f_b_proj and g_b_proj from trainer.lora.targets and inference.lora_targets.")
+
+
+@rule("LORA005")
+def known_targets(cfg, plan):
+    """Trainer LoRA targets are module names of the model."""
+    lora = cfg.trainer.lora
+    if lora.rank <= 0 or not facts(cfg.model.arch).is_glm5_next:
+        return
+    unknown = [t for t in lora.targets if t not in KNOWN_TARGETS]
+    if unknown:
+        yield error("LORA005", "trainer.lora.targets", f"unknown LoRA targets {unknown}",
+                    "A target that matches no module silently trains nothing there.",
+                    f"Use names from {list(KNOWN_TARGETS)}.")
+
+
+@rule("LORA006")
+def targets_without_rank(cfg, plan):
+    """Targets given with rank 0 are ignored."""
+    lora = cfg.trainer.lora
+    if lora.rank == 0 and lora.targets:
+        yield warning("LORA006", "trainer.lora.targets", f"trainer.lora.rank=0 with {len(lora.targets)} targets",
+                      "rank 0 means full fine-tuning; the targets are ignored.",
+                      "Set a rank > 0 for LoRA, or clear trainer.lora.targets.")
+
+
+@rule("LORA007")
+def rank_not_negative(cfg, plan):
+    """rank >= 0."""
+    if cfg.trainer.lora.rank < 0:
+        yield error("LORA007", "trainer.lora.rank", f"trainer.lora.rank={cfg.trainer.lora.rank}",
+                    "A rank is a count of adapter dimensions.", "Use 0 (full fine-tuning) or a positive rank.")

@@ -1,0 +1,61 @@
+"""Runtime rules: collective timeout vs the longest wait, weight-sync cost, placement split."""
+from launcher.validate.registry import error, rule, warning
+
+SLOW_SYNC_S = 10.0
+
+
+@rule("RUN001")
+def nccl_timeout(cfg, plan):
+    """nccl_timeout_s exceeds the estimated longest collective wait."""
+    t, have = plan.timing, cfg.trainer.nccl_timeout_s
+    if have < t.longest_wait_s:
+        yield error("RUN001", "trainer.nccl_timeout_s",
+                    f"trainer.nccl_timeout_s={have} < estimated {t.longest_wait_phase} of {t.longest_wait_s:.0f} s",
+                    "Ranks wait inside one collective for the whole phase; the NCCL watchdog kills the job "
+                    "(a DAPO log-prob pass ran ~37 min against the 600 s default).",
+                    f"Set trainer.nccl_timeout_s={t.recommended_nccl_timeout_s}.")
+    elif have < t.recommended_nccl_timeout_s:
+        yield warning("RUN001", "trainer.nccl_timeout_s",
+                      f"trainer.nccl_timeout_s={have} leaves under 2x margin over the {t.longest_wait_phase} "
+                      f"estimate of {t.longest_wait_s:.0f} s",
+                      "The estimate is rough; slow steps (long responses, dynamic-sampling refills) exceed it.",
+                      f"Set trainer.nccl_timeout_s={t.recommended_nccl_timeout_s}.")
+
+
+@rule("RUN002")
+def merged_sync_over_network(cfg, plan):
+    """Merged or full-model sync across the network costs seconds every step."""
+    s = plan.sync
+    if s.link == "inter_node" and s.kind != "adapter" and s.seconds > SLOW_SYNC_S:
+        yield warning("RUN002", "trainer.lora.merge",
+                      f"{s.kind} weight sync ships {s.gib_per_engine:,.1f} GiB per engine over the network: "
+                      f"~{s.seconds:.0f} s per step",
+                      "Async engines sit on other nodes; the whole model crosses the NICs after every step.",
+                      "Use adapter sync (trainer.lora.merge=false with `experts` in inference.lora_targets).")
+
+
+@rule("PLACE001")
+def async_nodes(cfg, plan):
+    """Async trainer and inference nodes fit in the cluster, disjoint."""
+    p, c = cfg.placement, cfg.cluster
+    if p.mode.value != "async":
+        return
+    n_inf = p.inference_nodes or 1
+    n_train = p.trainer_nodes if p.trainer_nodes is not None else c.nodes - n_inf
+    if n_train < 1 or n_train + n_inf > c.nodes:
+        yield error("PLACE001", "placement.trainer_nodes",
+                    f"async placement needs trainer_nodes {n_train} + inference_nodes {n_inf} <= {c.nodes} nodes, "
+                    "each >= 1",
+                    "Async mode runs trainer and engines on disjoint nodes.",
+                    "Use colocated mode on a single node, or a cluster with more nodes.")
+
+
+@rule("PLACE002")
+def colocated_split(cfg, plan):
+    """Colocated mode does not take inference_nodes."""
+    p = cfg.placement
+    if p.mode.value == "colocated" and p.inference_nodes not in (None, p.trainer_nodes or cfg.cluster.nodes):
+        yield warning("PLACE002", "placement.inference_nodes",
+                      f"placement.inference_nodes={p.inference_nodes} in colocated mode",
+                      "Colocated engines share the trainer's GPUs; inference_nodes is ignored.",
+                      "Remove placement.inference_nodes or use placement.mode=async.")
