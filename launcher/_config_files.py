@@ -53,6 +53,8 @@ def load_yaml(path: Path) -> dict:
 
 
 _stored_signature: tuple | None = None
+BROKEN: dict[tuple[str, str], ConfigError] = {}
+"""Files that failed to parse: reported when (and only when) a composition selects them."""
 
 
 def store_all() -> None:
@@ -63,7 +65,13 @@ def store_all() -> None:
     if signature == _stored_signature:
         return
     store = ConfigStore.instance()
+    BROKEN.clear()
     for group, named in files.items():
         for name, path in named.items():
-            store.store(group=group, name=name, node=load_yaml(path), package=PACKAGE_OF_GROUP[group])
+            try:
+                node = load_yaml(path)
+            except ConfigError as err:
+                BROKEN[(group, name)] = err
+                continue
+            store.store(group=group, name=name, node=node, package=PACKAGE_OF_GROUP[group])
     _stored_signature = signature

@@ -1,4 +1,5 @@
 """The plan as readable tables for `python -m launcher plan`."""
+from launcher.secrets import mask_secrets
 
 
 def _table(title: str, rows: list[tuple[str, object]]) -> str:
@@ -28,7 +29,8 @@ def plan_tables(plan) -> str:
         _table("# batch", [("sequences per step", b.sequences_per_step), ("mini-batches per step", b.mini_batches_per_step),
                            ("sequences per GPU per mini-batch", b.sequences_per_gpu_per_mini_batch),
                            ("sequences per GPU per step", b.sequences_per_gpu_per_step),
-                           ("max sequence length", b.max_seq_len), ("micro-batches per mini-batch", b.micro_batches_per_mini_batch),
+                           ("max sequence length", b.max_seq_len),
+                           ("micro-batches per mini-batch", b.micro_batches_per_mini_batch),
                            ("tokens per step (max)", f"{b.tokens_per_step:,}")]),
         _table("# memory per GPU (trainer)", [("weights", _gib(tr.weights_gib)), ("grads", _gib(tr.grads_gib)),
                                               ("optimizer", _gib(tr.optimizer_gib)), ("LoRA", _gib(tr.lora_gib)),
@@ -53,6 +55,7 @@ def plan_tables(plan) -> str:
         ("generation phase", f"~{t.generation_s:,.0f} s"), ("log-prob pass", f"~{t.logprob_pass_s:,.0f} s"),
         ("longest collective wait", f"~{t.longest_wait_s:,.0f} s ({t.longest_wait_phase})"),
         ("recommended nccl_timeout_s", t.recommended_nccl_timeout_s)]))
-    parts.append(_table("# worker environment", list(plan.env.items()) or [("(none)", "")]))
+    env = mask_secrets(plan.env)
+    parts.append(_table("# worker environment", list(env.items()) or [("(none)", "")]))
     parts.append(_table("# derived values and their origin", [(k, v) for k, v in plan.origins.items()]))
     return "\n".join(parts)

@@ -1,0 +1,38 @@
+"""Every command and path README names exists (README drift is a bug)."""
+import re
+import shlex
+from pathlib import Path
+
+from launcher.cli.args import COMMANDS, parse_args
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def test_paths_named_in_readme_exist():
+    paths = set(re.findall(r"`((?:launcher|model|recipes|clusters|benchmarks|tests|\.ci)/[\w./-]*)`", README))
+    paths |= {"launcher/schema", "launcher/validate", "launcher/plan", "launcher/orchestrate", "launcher/rl",
+              "launcher/backends", "recipes", "clusters", "benchmarks", ".pre-commit-hooks.yaml", ".ci/run"}
+    missing = [p for p in sorted(paths) if not (ROOT / p).exists()]
+    assert missing == []
+
+
+def test_readme_commands_parse_and_name_real_configs():
+    from launcher._config_files import available
+
+    lines = [ln.strip() for ln in README.splitlines() if ln.strip().startswith("python -m launcher")]
+    assert len(lines) >= 8
+    for line in lines:
+        argv = shlex.split(line.split("#")[0])[3:]
+        args = parse_args(argv)
+        assert args.command in COMMANDS
+        for override in args.overrides:
+            group, _, value = override.partition("=")
+            if group in ("recipe", "cluster", "model"):
+                assert value in available(group), line
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    test_cmd = ".venv/bin/python -m pytest -q"
+    assert f"    {test_cmd}\n" in README
+    assert (ROOT / ".ci/run").read_text().strip().splitlines()[-1] == test_cmd
