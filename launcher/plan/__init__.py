@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.plan._arch import ArchFacts, facts
 from launcher.plan._origin import Origins
 from launcher.plan.batch import BatchPlan, plan_batch
 from launcher.plan.env import plan_env
@@ -26,6 +27,8 @@ __all__ = ["Plan", "make_plan", "GpuSlot"]
 
 @dataclass
 class Plan:
+    arch: ArchFacts
+    """Model facts (has mHC/KDA/DSA/MoE, layer schedules) every rule reads."""
     params: ParamCounts
     mesh: MeshPlan
     placement: PlacementPlan
@@ -51,19 +54,20 @@ class Plan:
 
 def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) -> Plan:
     log = Origins()
+    arch = facts(cfg.model.arch)
     params = count_params(cfg.model.arch)
     log.add("params.total", f"{params.total:,}", "architecture fields (exact count)")
     log.add("params.active", f"{params.active:,}", f"top-{cfg.model.arch.num_experts_per_tok} routed experts per token")
     mesh = plan_mesh(cfg, log)
     placement = plan_placement(cfg, log)
     batch = plan_batch(cfg, mesh.dp, log)
-    lora = plan_lora(cfg, mesh.tp, mesh.ep * mesh.etp)
-    memory = plan_memory(cfg, params, mesh, lora)
+    lora = plan_lora(cfg, mesh.tp, mesh.ep * mesh.etp, arch)
+    memory = plan_memory(cfg, params, mesh, lora, arch)
     sync = plan_sync(cfg, params, lora, mesh.trainer_gpus)
     log.add("sync.seconds", f"{sync.seconds:.1f}", f"{sync.gib_per_engine:.1f} GiB {sync.kind} over {sync.link}")
     timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus)
     log.add("timing.recommended_nccl_timeout_s", timing.recommended_nccl_timeout_s,
             f"{timing.longest_wait_phase} ~{timing.longest_wait_s:.0f} s x margin")
-    env = plan_env(cfg, os.environ if driver_env is None else driver_env, log)
-    return Plan(params=params, mesh=mesh, placement=placement, batch=batch, lora=lora, memory=memory,
+    env = plan_env(cfg, arch, os.environ if driver_env is None else driver_env, log)
+    return Plan(arch=arch, params=params, mesh=mesh, placement=placement, batch=batch, lora=lora, memory=memory,
                 sync=sync, timing=timing, env=env, origins=log.lines)

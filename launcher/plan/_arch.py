@@ -3,6 +3,7 @@
 A model "has mHC" when hc_mult > 1 and "has KDA" when any layer is linear_attention;
 layer schedules default exactly as the HF glm5_next config does.
 """
+import dataclasses
 from dataclasses import dataclass
 
 from launcher.schema.model import ArchConfig
@@ -44,7 +45,25 @@ def mlp_layer_types_of(arch: ArchConfig) -> tuple[str, ...]:
     return (DENSE,) * dense + (SPARSE,) * (arch.num_hidden_layers - dense)
 
 
+def arch_key(arch: ArchConfig) -> tuple:
+    """Hashable snapshot of every architecture field (lists as tuples), for memoisation."""
+    return tuple(tuple(v) if isinstance(v, list) else v
+                 for v in (getattr(arch, f.name) for f in dataclasses.fields(arch)))
+
+
 def facts(arch: ArchConfig) -> ArchFacts:
+    """Memoised: rules and planner ask for the same facts many times per point and mesh
+    search plans thousands of points of one architecture."""
+    key = arch_key(arch)
+    if key not in _FACTS:
+        _FACTS[key] = _facts(arch)
+    return _FACTS[key]
+
+
+_FACTS: dict[tuple, ArchFacts] = {}
+
+
+def _facts(arch: ArchConfig) -> ArchFacts:
     layers, mlps = layer_types_of(arch), mlp_layer_types_of(arch)
     n_moe = sum(m == SPARSE for m in mlps)
     return ArchFacts(

@@ -14,7 +14,7 @@ Assumptions:
 """
 from dataclasses import dataclass
 
-from launcher.plan._arch import facts
+from launcher.plan._arch import ArchFacts
 from launcher.plan._memory_trainer import DTYPE_BYTES, GIB
 from launcher.plan.params import ParamCounts
 from launcher.schema.root import LauncherConfig
@@ -50,10 +50,9 @@ def _kv_bytes(cfg: LauncherConfig) -> int:
     return 1 if kv == "fp8" else (DTYPE_BYTES[cfg.model.dtype.value] if kv == "auto" else 2)
 
 
-def per_sequence_bytes(cfg: LauncherConfig) -> tuple[float, float]:
+def per_sequence_bytes(cfg: LauncherConfig, f: ArchFacts) -> tuple[float, float]:
     """(constant state bytes per sequence, cache bytes per token) on one engine GPU."""
     a, tp = cfg.model.arch, cfg.inference.tp
-    f = facts(a)
     kv = _kv_bytes(cfg)
     width = a.linear_num_heads * a.linear_head_dim
     kda = f.n_kda * (a.linear_num_heads * a.linear_head_dim**2 * 4 + 3 * width * (a.linear_conv_kernel_dim - 1) * 2) / tp
@@ -65,11 +64,11 @@ def per_sequence_bytes(cfg: LauncherConfig) -> tuple[float, float]:
     return kda, dsa + gqa
 
 
-def inference_memory(cfg: LauncherConfig, params: ParamCounts) -> InferenceMemory:
+def inference_memory(cfg: LauncherConfig, params: ParamCounts, f: ArchFacts) -> InferenceMemory:
     inf, a = cfg.inference, cfg.model.arch
     s = params.split
     weights = (s.tp / inf.tp + s.rep + s.exp / inf.tp) * DTYPE_BYTES[cfg.model.dtype.value]
-    state, per_token = per_sequence_bytes(cfg)
+    state, per_token = per_sequence_bytes(cfg, f)
     per_seq = state + inf.max_model_len * per_token
     cache = inf.max_num_seqs * per_seq
     gpu_arch = cfg.cluster.gpu.arch.value

@@ -14,7 +14,7 @@ Assumptions, each a named constant or a line below:
 """
 from dataclasses import dataclass
 
-from launcher.plan._arch import DSA, KDA, SPARSE, facts
+from launcher.plan._arch import DSA, KDA, SPARSE, ArchFacts
 from launcher.plan.lora import LoraPlan
 from launcher.plan.mesh import MeshPlan
 from launcher.plan.params import ParamCounts
@@ -75,10 +75,9 @@ def _mlp_bytes_per_token(cfg: LauncherConfig, kind: str, recomputed: set[str], t
     return routed + 3 * a.moe_intermediate_size * a.n_shared_experts * ACT_BYTES / tp
 
 
-def activation_bytes(cfg: LauncherConfig, mesh: MeshPlan) -> float:
+def activation_bytes(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> float:
     """Peak activation bytes of one micro-batch on one GPU."""
     t, a = cfg.trainer, cfg.model.arch
-    f = facts(a)
     tokens = t.max_tokens_per_microbatch / mesh.cp
     sp_div = mesh.tp if t.mesh.sequence_parallel else 1
     streams = max(a.hc_mult, 1)
@@ -95,7 +94,8 @@ def activation_bytes(cfg: LauncherConfig, mesh: MeshPlan) -> float:
     return tokens * per_token + logits
 
 
-def trainer_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: LoraPlan) -> TrainerMemory:
+def trainer_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: LoraPlan,
+                   f: ArchFacts) -> TrainerMemory:
     dense, expert = local_params(params, mesh)
     weight_bytes = DTYPE_BYTES[cfg.model.dtype.value]
     weights = (dense + expert) * weight_bytes
@@ -111,7 +111,7 @@ def trainer_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lor
         opt = dense * 12 / dp_shards + expert * 12 / edp
         optimizer, opt_host = (0.0, opt) if offload else (opt, 0.0)
         lora_bytes = 0.0
-    acts = activation_bytes(cfg, mesh)
+    acts = activation_bytes(cfg, mesh, f)
     runtime = trainer_runtime_gib(cfg.cluster.gpu.arch.value)
     parts = [weights / GIB, grads / GIB, optimizer / GIB, lora_bytes / GIB, acts / GIB, runtime]
     return TrainerMemory(

@@ -5,20 +5,20 @@ nvcc from it) is forwarded explicitly; the user's `env` section wins over planne
 """
 from collections.abc import Mapping
 
-from launcher.plan._arch import facts
+from launcher.plan._arch import ArchFacts
 from launcher.plan._origin import Origins
 from launcher.schema.root import LauncherConfig
 
 PRE_BLACKWELL = ("ampere", "ada", "hopper")
 
 
-def plan_env(cfg: LauncherConfig, driver_env: Mapping[str, str], log: Origins) -> dict[str, str]:
+def plan_env(cfg: LauncherConfig, f: ArchFacts, driver_env: Mapping[str, str], log: Origins) -> dict[str, str]:
     env: dict[str, str] = {}
     arch, mesh = cfg.cluster.gpu.arch.value, cfg.trainer.mesh
     if "CUDA_HOME" in driver_env:
         env["CUDA_HOME"] = driver_env["CUDA_HOME"]
         log.add("env.CUDA_HOME", env["CUDA_HOME"], "the driver's CUDA_HOME (workers do not inherit exports)")
-    if arch == "blackwell" and facts(cfg.model.arch).has_kda:
+    if arch == "blackwell" and f.has_kda:
         env["FLA_TILELANG"] = "0"
         log.add("env.FLA_TILELANG", 0, "KDA kernels on Blackwell")
     if arch in PRE_BLACKWELL and (mesh.tp > 1 or mesh.cp > 1) and cfg.trainer.backend.value == "megatron":

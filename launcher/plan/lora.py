@@ -8,7 +8,7 @@ adapter pair is under 1% of GPU memory.
 """
 from dataclasses import dataclass
 
-from launcher.plan._arch import DSA, KDA, SPARSE, facts
+from launcher.plan._arch import DSA, KDA, ArchFacts
 from launcher.schema.root import LauncherConfig
 
 # name -> (layer kind it lives in, sharded by TP)
@@ -52,29 +52,25 @@ def _mlp_adapter(rank: int, h: int, inter: int, targets: list[str]) -> int:
     return fc1 + fc2
 
 
-def plan_lora(cfg: LauncherConfig, tp: int, expert_shards: int) -> LoraPlan:
+def plan_lora(cfg: LauncherConfig, tp: int, expert_shards: int, f: ArchFacts) -> LoraPlan:
     lora, a = cfg.trainer.lora, cfg.model.arch
     if lora.rank <= 0:
         return LoraPlan(rank=0, expert_rank=0, params_total=0, params_per_gpu=0)
-    f = facts(a)
     widths = _attention_widths(cfg)
     topk = max(a.num_experts_per_tok, 1)
     expert_rank = max(lora.rank // topk, 1) if lora.normalize_moe_lora else lora.rank
+    layers_of = {KDA: f.n_kda, DSA: f.n_dsa}
     total = per_gpu = 0.0
-    for kind in f.layer_types:
-        for name in lora.targets:
-            if name in ATTENTION_TARGETS and ATTENTION_TARGETS[name][0] == kind:
-                n = lora.rank * sum(widths[name])
-                total += n
-                per_gpu += n / tp if ATTENTION_TARGETS[name][1] else n
-    for kind in f.mlp_layer_types:
-        if kind != SPARSE:
-            n = _mlp_adapter(lora.rank, a.hidden_size, a.intermediate_size, lora.targets)
-            total, per_gpu = total + n, per_gpu + n / tp
-            continue
-        shared = _mlp_adapter(lora.rank, a.hidden_size, a.moe_intermediate_size * a.n_shared_experts, lora.targets)
-        one = _mlp_adapter(expert_rank, a.hidden_size, a.moe_intermediate_size, lora.targets)
-        routed = one if lora.share_expert_adapters else one * a.n_routed_experts
-        total += shared + routed
-        per_gpu += shared / tp + (routed if lora.share_expert_adapters else routed / expert_shards)
+    for name in lora.targets:
+        if name in ATTENTION_TARGETS:
+            kind, sharded = ATTENTION_TARGETS[name]
+            n = lora.rank * sum(widths[name]) * layers_of[kind]
+            total += n
+            per_gpu += n / tp if sharded else n
+    dense = _mlp_adapter(lora.rank, a.hidden_size, a.intermediate_size, lora.targets) * f.n_dense
+    shared = _mlp_adapter(lora.rank, a.hidden_size, a.moe_intermediate_size * a.n_shared_experts, lora.targets)
+    one = _mlp_adapter(expert_rank, a.hidden_size, a.moe_intermediate_size, lora.targets)
+    routed = one if lora.share_expert_adapters else one * a.n_routed_experts
+    total += dense + (shared + routed) * f.n_moe
+    per_gpu += dense / tp + (shared / tp + (routed if lora.share_expert_adapters else routed / expert_shards)) * f.n_moe
     return LoraPlan(rank=lora.rank, expert_rank=expert_rank, params_total=int(total), params_per_gpu=int(per_gpu))

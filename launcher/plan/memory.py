@@ -9,6 +9,7 @@ trainer's offloaded state, and CPU-offloaded optimizer state.
 """
 from dataclasses import dataclass
 
+from launcher.plan._arch import ArchFacts
 from launcher.plan._memory_inference import ENGINE_ASLEEP_GIB, InferenceMemory, engine_reserve, inference_memory
 from launcher.plan._memory_trainer import TrainerMemory, trainer_memory
 from launcher.plan.lora import LoraPlan
@@ -57,9 +58,9 @@ def _host(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, colocate
                       optimizer_offload_gib=optim, total_per_node_gib=sleeping + offloaded + optim)
 
 
-def plan_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: LoraPlan) -> MemoryPlan:
-    tr = trainer_memory(cfg, params, mesh, lora)
-    inf = inference_memory(cfg, params)
+def plan_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: LoraPlan, f: ArchFacts) -> MemoryPlan:
+    tr = trainer_memory(cfg, params, mesh, lora, f)
+    inf = inference_memory(cfg, params, f)
     colocated = cfg.placement.mode.value == "colocated"
     return MemoryPlan(trainer=tr, inference=inf, colocated=_phases(cfg, tr, inf) if colocated else None,
                       host=_host(cfg, tr, inf, colocated))

@@ -8,7 +8,7 @@ mHC and all norms are replicated. Shapes mirror HF glm5_next parameter for param
 """
 from dataclasses import dataclass, field
 
-from launcher.plan._arch import DSA, KDA, SPARSE, facts
+from launcher.plan._arch import DSA, KDA, SPARSE, arch_key, facts
 from launcher.schema.model import ArchConfig
 
 
@@ -91,6 +91,17 @@ def attention_split(a: ArchConfig, kind: str) -> Split:
 
 
 def count_params(a: ArchConfig) -> ParamCounts:
+    """Exact counts; memoised per architecture (mesh search plans one model many times)."""
+    key = arch_key(a)
+    if key not in _COUNTS:
+        _COUNTS[key] = _count_params(a)
+    return _COUNTS[key]
+
+
+_COUNTS: dict[tuple, ParamCounts] = {}
+
+
+def _count_params(a: ArchConfig) -> ParamCounts:
     f = facts(a)
     h = a.hidden_size
     embed = a.vocab_size * h

@@ -1,5 +1,4 @@
 """Inference rules (DOMAIN.md sections 4 and 5): engine layout, KDA grid, memory share, router."""
-from launcher.plan._arch import facts
 from launcher.validate.registry import error, rule, warning
 
 KDA_GRID_LIMIT = 65535
@@ -9,7 +8,7 @@ KDA_GRID_LIMIT = 65535
 def tp_divides_heads(cfg, plan):
     """inference.tp divides attention and KDA heads."""
     a, tp = cfg.model.arch, cfg.inference.tp
-    heads = [a.num_attention_heads] + ([a.linear_num_heads] if facts(a).has_kda else [])
+    heads = [a.num_attention_heads] + ([a.linear_num_heads] if plan.arch.has_kda else [])
     bad = [h for h in heads if h % tp]
     if bad:
         yield error("INF001", "inference.tp", f"inference.tp={tp} does not divide heads {bad}",
@@ -38,7 +37,7 @@ def engines_fit_placement(cfg, plan):
 def kda_grid(cfg, plan):
     """max_num_seqs within the KDA kernel grid for its tp."""
     a, inf = cfg.model.arch, cfg.inference
-    if not facts(a).has_kda or a.linear_num_heads % inf.tp:
+    if not plan.arch.has_kda or a.linear_num_heads % inf.tp:
         return
     per_rank = a.linear_num_heads // inf.tp
     limit = KDA_GRID_LIMIT // per_rank
@@ -112,7 +111,7 @@ def concurrency_within_seqs(cfg, plan):
 def expert_parallel_layout(cfg, plan):
     """inference.ep is 1 or the engine's tp, and divides the experts."""
     inf, n = cfg.inference, cfg.model.arch.n_routed_experts
-    if inf.ep not in (1, inf.tp) or (facts(cfg.model.arch).has_moe and n % inf.ep):
+    if inf.ep not in (1, inf.tp) or (plan.arch.has_moe and n % inf.ep):
         yield error("INF009", "inference.ep", f"inference.ep={inf.ep} with tp={inf.tp} and {n} experts",
                     "vLLM's expert parallel (enable_expert_parallel) spans the engine's tensor-parallel GPUs.",
                     f"Set inference.ep to 1 or {inf.tp} (and it must divide {n}).")

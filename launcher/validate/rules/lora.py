@@ -1,5 +1,4 @@
 """LoRA rules: MoE rank normalisation, adapter sync with vLLM, targetable modules."""
-from launcher.plan._arch import facts
 from launcher.plan.lora import KNOWN_TARGETS
 from launcher.validate.registry import error, rule, warning
 
@@ -15,7 +14,7 @@ def _adapter_sync(cfg) -> bool:
 def rank_divides_topk(cfg, plan):
     """rank % top-k == 0 with normalize_moe_lora."""
     lora, k = cfg.trainer.lora, cfg.model.arch.num_experts_per_tok
-    if lora.rank > 0 and lora.normalize_moe_lora and facts(cfg.model.arch).has_moe and lora.rank % k:
+    if lora.rank > 0 and lora.normalize_moe_lora and plan.arch.has_moe and lora.rank % k:
         yield error("LORA001", "trainer.lora.rank",
                     f"trainer.lora.rank={lora.rank} is not divisible by top-k model.arch.num_experts_per_tok={k}",
                     "normalize_moe_lora gives each routed expert rank / top-k; it must be a whole number.",
@@ -34,7 +33,7 @@ def vllm_rank(cfg, plan):
 @rule("LORA003")
 def experts_in_vllm_targets(cfg, plan):
     """Adapter sync of a MoE model needs `experts` among inference.lora_targets."""
-    if (_adapter_sync(cfg) and cfg.inference.backend.value == "vllm" and facts(cfg.model.arch).has_moe
+    if (_adapter_sync(cfg) and cfg.inference.backend.value == "vllm" and plan.arch.has_moe
             and "experts" not in cfg.inference.lora_targets):
         yield error("LORA003", "inference.lora_targets",
                     f"inference.lora_targets={list(cfg.inference.lora_targets)} lacks `experts` with adapter sync",
@@ -57,7 +56,7 @@ def untargetable(cfg, plan):
 def known_targets(cfg, plan):
     """Trainer LoRA targets are module names of the model."""
     lora = cfg.trainer.lora
-    if lora.rank <= 0 or not facts(cfg.model.arch).is_glm5_next:
+    if lora.rank <= 0 or not plan.arch.is_glm5_next:
         return
     unknown = [t for t in lora.targets if t not in KNOWN_TARGETS]
     if unknown:

@@ -1,5 +1,4 @@
 """Trainer mesh rules (DOMAIN.md section 2): divisibility, mHC/KDA limits, sequence parallel."""
-from launcher.plan._arch import facts
 from launcher.validate.registry import error, rule, warning
 
 
@@ -17,7 +16,7 @@ def world_divides(cfg, plan):
 @rule("MESH002")
 def pp_with_mhc(cfg, plan):
     """Pipeline parallel must be 1 for models with mHC."""
-    if facts(cfg.model.arch).has_mhc and cfg.trainer.mesh.pp != 1:
+    if plan.arch.has_mhc and cfg.trainer.mesh.pp != 1:
         yield error("MESH002", "trainer.mesh.pp",
                     f"trainer.mesh.pp={cfg.trainer.mesh.pp} with mHC (model.arch.hc_mult={cfg.model.arch.hc_mult})",
                     "megatron-core rejects hyper-connections with pipeline parallelism at model build.",
@@ -27,7 +26,7 @@ def pp_with_mhc(cfg, plan):
 @rule("MESH003")
 def cp_with_kda(cfg, plan):
     """Context parallel must be 1 for models with KDA layers."""
-    if facts(cfg.model.arch).has_kda and cfg.trainer.mesh.cp != 1:
+    if plan.arch.has_kda and cfg.trainer.mesh.cp != 1:
         yield error("MESH003", "trainer.mesh.cp",
                     f"trainer.mesh.cp={cfg.trainer.mesh.cp} with KDA (linear_attention) layers",
                     "KDA has no context-parallel implementation: the recurrent state cannot be split by sequence.",
@@ -52,7 +51,7 @@ def expert_grid_divides(cfg, plan):
 def experts_divide_ep(cfg, plan):
     """The routed experts divide by ep."""
     n, ep = cfg.model.arch.n_routed_experts, cfg.trainer.mesh.ep
-    if facts(cfg.model.arch).has_moe and n % ep:
+    if plan.arch.has_moe and n % ep:
         legal = [d for d in range(1, n + 1) if n % d == 0]
         yield error("MESH005", "trainer.mesh.ep", f"model.arch.n_routed_experts={n} is not divisible by ep={ep}",
                     "Each EP rank holds n_routed_experts / ep whole experts (a bare assert when the MoE layer is built).",
@@ -62,7 +61,7 @@ def experts_divide_ep(cfg, plan):
 @rule("MESH006")
 def heads_divide_tp(cfg, plan):
     """Attention heads and KDA heads divide by tp."""
-    a, tp, f = cfg.model.arch, cfg.trainer.mesh.tp, facts(cfg.model.arch)
+    a, tp, f = cfg.model.arch, cfg.trainer.mesh.tp, plan.arch
     checks = [("num_attention_heads", a.num_attention_heads, True), ("linear_num_heads", a.linear_num_heads, f.has_kda)]
     for name, heads, applies in checks:
         if applies and heads % tp:
@@ -74,7 +73,7 @@ def heads_divide_tp(cfg, plan):
 @rule("MESH007")
 def widths_divide(cfg, plan):
     """Dense and shared-expert widths divide by tp; the expert width divides by etp."""
-    a, f, tp, etp = cfg.model.arch, facts(cfg.model.arch), plan.mesh.tp, plan.mesh.etp
+    a, f, tp, etp = cfg.model.arch, plan.arch, plan.mesh.tp, plan.mesh.etp
     widths = [("intermediate_size", a.intermediate_size, tp, "tp", f.n_dense > 0)]
     shared = a.moe_intermediate_size * a.n_shared_experts
     widths.append(("moe_intermediate_size x n_shared_experts", shared, tp, "tp", f.has_moe and shared > 0))
@@ -100,7 +99,7 @@ def sequence_parallel_needs_tp(cfg, plan):
 def moe_tp_needs_sequence_parallel(cfg, plan):
     """MoE with tp > 1 needs sequence_parallel."""
     m = cfg.trainer.mesh
-    if cfg.trainer.backend.value == "megatron" and facts(cfg.model.arch).has_moe and m.tp > 1 and not m.sequence_parallel:
+    if cfg.trainer.backend.value == "megatron" and plan.arch.has_moe and m.tp > 1 and not m.sequence_parallel:
         yield error("MESH009", "trainer.mesh.sequence_parallel", f"MoE model with tp={m.tp} and sequence_parallel=false",
                     "megatron-core's MoE layer raises in its first training forward without sequence parallel "
                     "(the config only warns).",
@@ -111,7 +110,7 @@ def moe_tp_needs_sequence_parallel(cfg, plan):
 def etp_explicit(cfg, plan):
     """etp left unset resolves to tp (Megatron's default)."""
     m = cfg.trainer.mesh
-    if m.etp is None and facts(cfg.model.arch).has_moe and m.tp > 1:
+    if m.etp is None and plan.arch.has_moe and m.tp > 1:
         yield warning("MESH010", "trainer.mesh.etp", f"trainer.mesh.etp unset: resolved to tp={m.tp}",
                       "Megatron's expert_tensor_parallel_size defaults to tp, not 1; most MoE layouts want 1.",
                       "Set trainer.mesh.etp explicitly (1 for MoE with ep > 1).")

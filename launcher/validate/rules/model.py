@@ -1,7 +1,7 @@
 """Model-level rules: trainable parts, HF constraints, checkpoint path."""
 from pathlib import Path
 
-from launcher.plan._arch import DSA, KDA, facts
+from launcher.plan._arch import DSA, KDA
 from launcher.validate.registry import error, rule
 
 
@@ -18,7 +18,7 @@ def language_model_only(cfg, plan):
 def nope_mla(cfg, plan):
     """glm5_next MLA has no rotary part."""
     a = cfg.model.arch
-    if facts(a).is_glm5_next and a.qk_rope_head_dim > 0:
+    if plan.arch.is_glm5_next and a.qk_rope_head_dim > 0:
         yield error("MODEL002", "model.arch.qk_rope_head_dim", f"model.arch.qk_rope_head_dim={a.qk_rope_head_dim}",
                     "GLM-5.3-Flash attention is NoPE; HF glm5_next rejects a rotary width.",
                     "Set model.arch.qk_rope_head_dim=0.")
@@ -38,10 +38,10 @@ def hf_path_exists(cfg, plan):
 def layer_schedules(cfg, plan):
     """layer_types and mlp_layer_types have one known entry per layer."""
     a = cfg.model.arch
-    f = facts(a)
+    f = plan.arch
     for name, values, known in (("layer_types", f.layer_types, (KDA, DSA, "full_attention")),
                                 ("mlp_layer_types", f.mlp_layer_types, ("dense", "sparse"))):
-        if len(values) != a.num_hidden_layers or any(v not in known for v in values):
+        if len(values) != a.num_hidden_layers or not set(values) <= set(known):
             yield error("MODEL004", f"model.arch.{name}",
                         f"model.arch.{name} has {len(values)} entries {sorted(set(values))} for "
                         f"{a.num_hidden_layers} layers",

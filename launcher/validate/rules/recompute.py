@@ -1,5 +1,4 @@
 """Activation recompute and fused-kernel rules for models with mHC (DOMAIN.md section 2)."""
-from launcher.plan._arch import facts
 from launcher.validate.registry import error, rule, warning
 
 SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "gdn_norm_out")
@@ -9,7 +8,7 @@ NOT_WITH_MHC = ("mhc", "layernorm", "mlp")
 @rule("RECOMP001")
 def full_with_mhc(cfg, plan):
     """Full recompute is rejected with mHC."""
-    if facts(cfg.model.arch).has_mhc and cfg.trainer.recompute.granularity.value == "full":
+    if plan.arch.has_mhc and cfg.trainer.recompute.granularity.value == "full":
         yield error("RECOMP001", "trainer.recompute.granularity", "recompute granularity=full with mHC",
                     "megatron-core rejects full activation recompute for hyper-connection layers at model build.",
                     "Use granularity=selective with modules=[core_attn, moe].")
@@ -19,7 +18,7 @@ def full_with_mhc(cfg, plan):
 def modules_with_mhc(cfg, plan):
     """mhc, layernorm and mlp are not selective-recompute modules with mHC."""
     r = cfg.trainer.recompute
-    if not facts(cfg.model.arch).has_mhc or r.granularity.value != "selective":
+    if not plan.arch.has_mhc or r.granularity.value != "selective":
         return
     bad = [m for m in r.modules if m in NOT_WITH_MHC]
     if bad:
@@ -62,7 +61,7 @@ def selective_without_modules(cfg, plan):
 @rule("MHC001")
 def fused_mhc(cfg, plan):
     """Fused mHC kernels are incompatible with GLM's eps-inside-sqrt norm."""
-    if cfg.trainer.use_fused_mhc and facts(cfg.model.arch).has_mhc:
+    if cfg.trainer.use_fused_mhc and plan.arch.has_mhc:
         yield error("MHC001", "trainer.use_fused_mhc", "trainer.use_fused_mhc=true",
                     "The fused kernels compute x / (rms + eps); GLM normalises with x * rsqrt(mean(x^2) + eps), "
                     "so outputs silently differ from the checkpoint's.",

@@ -1,5 +1,4 @@
 """Sequence-length rules: engine context, micro-batch budget, DSA index_topk and k-pool."""
-from launcher.plan._arch import facts
 from launcher.validate.registry import error, rule
 
 
@@ -31,7 +30,7 @@ def microbatch_holds_sequence(cfg, plan):
 def long_sequences_need_kpool(cfg, plan):
     """Sequences longer than index_topk need a k-pool indexer."""
     a = cfg.model.arch
-    if facts(a).has_dsa and a.index_kpool <= 1 and plan.batch.max_seq_len > a.index_topk:
+    if plan.arch.has_dsa and a.index_kpool <= 1 and plan.batch.max_seq_len > a.index_topk:
         yield error("SEQ003", "model.arch.index_kpool",
                     f"sequences of {plan.batch.max_seq_len} tokens > model.arch.index_topk={a.index_topk} "
                     f"with index_kpool={a.index_kpool}",
@@ -44,7 +43,7 @@ def long_sequences_need_kpool(cfg, plan):
 def topk_divides_kpool(cfg, plan):
     """index_topk divides by index_kpool."""
     a = cfg.model.arch
-    if facts(a).has_dsa and (a.index_kpool < 1 or a.index_topk % a.index_kpool):
+    if plan.arch.has_dsa and (a.index_kpool < 1 or a.index_topk % a.index_kpool):
         yield error("SEQ004", "model.arch.index_kpool",
                     f"model.arch.index_topk={a.index_topk} is not divisible by index_kpool={a.index_kpool}",
                     "The indexer selects index_topk / index_kpool whole pools; HF rejects the config.",
