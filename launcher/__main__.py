@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     try:
         return _dispatch(args)
+    except UsageError as err:
+        sys.stderr.write(f"usage error: {err}\n")
+        return EXIT_CONFIG
     except ConfigError as err:
         if args.format == "json":
             sys.stdout.write(findings_json(err.findings, None) + "\n")

@@ -15,9 +15,10 @@ from launcher.compose import Composed
 from launcher.secrets import mask_override, mask_secrets
 
 
-def run_dir_of(composed: Composed) -> Path:
+def run_dir_of(composed: Composed, suffix: str = "") -> Path:
+    """`<output_dir>/<run.name>`, or a sub-folder per sweep point."""
     run = composed.config.run
-    return Path(run.output_dir) / run.name
+    return Path(run.output_dir) / run.name / suffix if suffix else Path(run.output_dir) / run.name
 
 
 def resolved_yaml(composed: Composed) -> str:
@@ -28,9 +29,9 @@ def resolved_yaml(composed: Composed) -> str:
     return yaml.safe_dump(mask_secrets(plain), sort_keys=False)
 
 
-def write_run_files(composed: Composed, plan: dict | None) -> Path:
+def write_run_files(composed: Composed, plan: dict | None, suffix: str = "") -> Path:
     """Write config.yaml, overrides.yaml and plan.json into the run directory, atomically per file set."""
-    target = run_dir_of(composed)
+    target = run_dir_of(composed, suffix)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:

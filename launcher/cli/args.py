@@ -36,9 +36,7 @@ def _take_value(argv: list[str], i: int, flag: str) -> tuple[str, int]:
 
 def parse_args(argv: list[str]) -> Args:
     args = Args()
-    i = 0
-    if argv and argv[0] in COMMANDS:
-        args.command, i = argv[0], 1
+    i, command_seen = 0, False
     while i < len(argv):
         token = argv[i]
         name = token.split("=", 1)[0]
@@ -62,6 +60,8 @@ def parse_args(argv: list[str]) -> Args:
             args.keep.extend(v for v in value.split(",") if v)
         elif token.startswith("-"):
             raise UsageError(f"unknown flag `{token}`; see `python -m launcher --help`")
+        elif token in COMMANDS and not command_seen and not args.overrides:
+            args.command, command_seen, i = token, True, i + 1
         else:
             args.overrides.append(token)
             i += 1

@@ -4,6 +4,7 @@ A model "has mHC" when hc_mult > 1 and "has KDA" when any layer is linear_attent
 layer schedules default exactly as the HF glm5_next config does.
 """
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 
 from launcher.schema.model import ArchConfig
@@ -26,6 +27,8 @@ class ArchFacts:
     has_dsa: bool
     has_moe: bool
     is_glm5_next: bool
+    layer_pairs: tuple[tuple[tuple[str, str], int], ...]
+    """((attention kind, mlp kind), number of layers): per-layer costs are summed per pair."""
 
 
 def layer_types_of(arch: ArchConfig) -> tuple[str, ...]:
@@ -45,10 +48,13 @@ def mlp_layer_types_of(arch: ArchConfig) -> tuple[str, ...]:
     return (DENSE,) * dense + (SPARSE,) * (arch.num_hidden_layers - dense)
 
 
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ArchConfig))
+
+
 def arch_key(arch: ArchConfig) -> tuple:
     """Hashable snapshot of every architecture field (lists as tuples), for memoisation."""
-    return tuple(tuple(v) if isinstance(v, list) else v
-                 for v in (getattr(arch, f.name) for f in dataclasses.fields(arch)))
+    values = [getattr(arch, name) for name in _FIELD_NAMES]
+    return tuple(tuple(v) if type(v) is list else v for v in values)
 
 
 def facts(arch: ArchConfig) -> ArchFacts:
@@ -73,4 +79,5 @@ def _facts(arch: ArchConfig) -> ArchFacts:
         has_mhc=arch.hc_mult > 1, has_kda=KDA in layers, has_dsa=DSA in layers,
         has_moe=n_moe > 0 and arch.n_routed_experts > 0,
         is_glm5_next=arch.model_type == "glm5_next",
+        layer_pairs=tuple(Counter(zip(layers, mlps, strict=False)).items()),
     )

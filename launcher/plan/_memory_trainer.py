@@ -85,11 +85,12 @@ def activation_bytes(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> float
     granularity = t.recompute.granularity.value
     recomputed = set(t.recompute.modules) if granularity == "selective" else set()
     per_token = 0.0
-    for kind, mlp in zip(f.layer_types, f.mlp_layer_types, strict=False):
-        per_token += boundary
+    for (kind, mlp), layers in f.layer_pairs:
+        per_layer = boundary
         if granularity != "full":
-            per_token += _attention_bytes_per_token(cfg, kind, recomputed, mesh.tp)
-            per_token += _mlp_bytes_per_token(cfg, mlp, recomputed, mesh.tp, mesh.etp)
+            per_layer += _attention_bytes_per_token(cfg, kind, recomputed, mesh.tp)
+            per_layer += _mlp_bytes_per_token(cfg, mlp, recomputed, mesh.tp, mesh.etp)
+        per_token += per_layer * layers
     logits = tokens * mesh.padded_vocab / mesh.tp * 4 * 2
     return tokens * per_token + logits
 

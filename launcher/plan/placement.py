@@ -4,6 +4,7 @@ Colocated: trainer rank i owns GPU i (node-major) and engine j spans GPUs
 [j*tp, (j+1)*tp) of the same set, so every GPU holds one trainer rank and one engine
 shard. Async: trainer nodes first, inference nodes after them, disjoint.
 """
+import functools
 from dataclasses import dataclass
 
 from launcher.plan._origin import Origins
@@ -27,7 +28,9 @@ class PlacementPlan:
     """GPUs the placement occupies (async: trainer + inference; colocated: the shared set)."""
 
 
-def _slots(nodes: list[int], gpus_per_node: int) -> list[GpuSlot]:
+@functools.lru_cache(maxsize=256)
+def _slots(nodes: tuple[int, ...], gpus_per_node: int) -> list[GpuSlot]:
+    """Cached: mesh search plans thousands of points on the same nodes."""
     return [GpuSlot(n, g) for n in nodes for g in range(gpus_per_node)]
 
 
@@ -50,7 +53,7 @@ def plan_placement(cfg: LauncherConfig, log: Origins) -> PlacementPlan:
         needed = n_train * gpn
     log.add("placement.trainer_nodes", train_nodes, f"placement.mode={p.mode.value}")
     log.add("placement.inference_nodes", inf_nodes, f"placement.mode={p.mode.value}")
-    inf_slots = _slots(inf_nodes, gpn)
+    inf_slots = _slots(tuple(inf_nodes), gpn)
     return PlacementPlan(mode=p.mode.value, trainer_nodes=train_nodes, inference_nodes=inf_nodes,
-                         trainer_slots=_slots(train_nodes, gpn),
+                         trainer_slots=_slots(tuple(train_nodes), gpn),
                          engine_slots=_engines(inf_slots, inf.engines, inf.tp), gpus_needed=needed)

@@ -1,0 +1,86 @@
+"""Hydra multirun (`-m`): expand the sweep, compose and validate every point in the driver,
+list the illegal points with their first error, then plan (or run) only the legal ones.
+
+Expansion uses Hydra's own override parser and BasicSweeper, so `a=1,2 b=range(1,4)`
+means what it means in any Hydra app. A `plan` sweep starts no Ray.
+"""
+import json
+import sys
+from dataclasses import dataclass, field
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from launcher.cli.args import Args, UsageError
+from launcher.cli.commands import EXIT_INVALID, EXIT_OK, check_point
+from launcher.compose import compose
+from launcher.errors import ConfigError
+from launcher.rundir import write_run_files
+
+
+@dataclass
+class SweepPoint:
+    index: int
+    overrides: list[str]
+    status: str = "legal"
+    first_error: str = ""
+    numbers: dict = field(default_factory=dict)
+
+
+def expand(overrides: list[str]) -> list[list[str]]:
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as exc:  # noqa: BLE001 - Hydra raises several parse error types
+        raise UsageError(f"cannot parse sweep overrides: {exc}") from None
+    return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]
+
+
+def _evaluate(index: int, overrides: list[str]):
+    point = SweepPoint(index, overrides)
+    try:
+        composed = compose(overrides)
+    except ConfigError as err:
+        f = err.findings[0]
+        point.status, point.first_error = "invalid", f"{f.id} {f.key}: {f.message}"
+        return point, None, None
+    findings, plan = check_point(composed)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        point.status, point.first_error = "illegal", f"{errors[0].id} {errors[0].key}: {errors[0].message}"
+        return point, None, None
+    mem = plan.memory
+    point.numbers = {"dp": plan.mesh.dp, "edp": plan.mesh.edp, "trainer_gib": round(mem.trainer.total_gib, 1),
+                     "peak_gib": round(mem.colocated.peak_gib if mem.colocated else mem.trainer.total_gib, 1),
+                     "sequences_per_step": plan.batch.sequences_per_step}
+    return point, composed, plan
+
+
+def _summary(points: list[SweepPoint]) -> str:
+    lines = [f"sweep: {sum(p.status == 'legal' for p in points)} legal of {len(points)} points"]
+    for p in points:
+        detail = " ".join(f"{k}={v}" for k, v in p.numbers.items()) if p.status == "legal" else p.first_error
+        lines.append(f"  #{p.index:<3} {p.status:<8} {' '.join(p.overrides)} | {detail}")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_sweep(args: Args) -> int:
+    if args.command not in ("plan", "run", "validate"):
+        raise UsageError(f"-m works with plan, run or validate, not `{args.command}`")
+    results = [_evaluate(i, point) for i, point in enumerate(expand(args.overrides))]
+    points = [p for p, _, _ in results]
+    legal = [(p, c, plan) for p, c, plan in results if c is not None]
+    if args.command == "plan":
+        for p, composed, plan in legal:
+            p.numbers["run_dir"] = str(write_run_files(composed, plan.to_dict(), suffix=f"sweep/{p.index}"))
+    if args.format == "json":
+        sys.stdout.write(json.dumps({"points": [vars(p) for p in points]}, indent=2) + "\n")
+    else:
+        sys.stdout.write(_summary(points))
+    if args.command == "run":
+        from launcher.orchestrate import launch
+
+        for p, composed, plan in legal:
+            run_dir = write_run_files(composed, plan.to_dict(), suffix=f"sweep/{p.index}")
+            if launch(composed, plan, run_dir) != EXIT_OK:
+                return EXIT_INVALID
+    return EXIT_OK if legal else EXIT_INVALID
