@@ -1,0 +1,32 @@
+"""A linear layer per local expert, applied to tokens already sorted by expert.
+
+On CUDA one torch._grouped_mm call runs every expert; elsewhere a loop does (CPU tests).
+Expert weights are sharded over EP (which experts) and ETP (`etp_dim` of each weight) and
+replicated over the expert-data-parallel group, so they carry `allreduce = False`, which
+tells Megatron's DDP to reduce their grads over that group instead of the dense DP group.
+Shape legend: A assignments sorted by expert, G local experts, I input, O output width.
+"""
+import torch
+from megatron.core import parallel_state as ps
+from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+
+def grouped_matmul(x_AI: torch.Tensor, weight_GOI: torch.Tensor, counts_G: torch.Tensor) -> torch.Tensor:
+    """Row block g of x (counts_G[g] rows) times weight[g]^T."""
+    if x_AI.is_cuda:
+        offsets_G = torch.cumsum(counts_G, 0, dtype=torch.int32)
+        return torch._grouped_mm(x_AI, weight_GOI.transpose(-2, -1), offs=offsets_G)
+    blocks = torch.split(x_AI, counts_G.tolist())
+    return torch.cat([block @ weight_GOI[g].T for g, block in enumerate(blocks)])
+
+
+class GroupedLinear(torch.nn.Module):
+    def __init__(self, experts: int, in_features: int, out_features: int, dtype: torch.dtype, etp_dim: int,
+                 stride: int = 1):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(experts, out_features, in_features, dtype=dtype))
+        self.weight.allreduce = False
+        set_tensor_model_parallel_attributes(self.weight, ps.get_expert_tensor_parallel_world_size() > 1, etp_dim, stride)
+
+    def forward(self, x_AI: torch.Tensor, counts_G: torch.Tensor) -> torch.Tensor:
+        return grouped_matmul(x_AI, self.weight, counts_G)

@@ -1,0 +1,38 @@
+"""One GLM-5.3-Flash decoder layer: (KDA | sparse MLA) then (dense MLP | MoE), each
+wrapped in its own mHC hyper-connection instead of a plain residual add.
+
+The mHC update is applied around every sub-layer, so a MoE MLP needs nothing special:
+the collapsed [T, D] input goes through it like through a dense MLP.
+Shape legend: Tl local tokens, N streams, D hidden.
+"""
+import torch
+
+from model.megatron.dsa import SparseMLA
+from model.megatron.kda import KDAttention
+from model.megatron.mhc import HyperConnection, hc_merge
+from model.megatron.mlp import SwiGLUMLP
+from model.megatron.moe import MoE
+from model.megatron.packing import Packed
+from model.megatron.rmsnorm import RMSNorm
+from model.megatron.spec import ModelSpec
+
+
+class DecoderLayer(torch.nn.Module):
+    def __init__(self, spec: ModelSpec, index: int):
+        super().__init__()
+        is_kda = spec.layer_types[index] == "linear_attention"
+        self.self_attention = KDAttention(spec) if is_kda else SparseMLA(spec)
+        if spec.mlp_layer_types[index] == "sparse":
+            self.mlp = MoE(spec)
+        else:
+            self.mlp = SwiGLUMLP(spec.hidden_size, spec.intermediate_size, spec.swiglu_limit, spec.dtype)
+        self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.dtype)
+        self.pre_mlp_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.dtype)
+        self.attn_hc = HyperConnection(spec)
+        self.ffn_hc = HyperConnection(spec)
+
+    def forward(self, streams_TND: torch.Tensor, packed: Packed) -> torch.Tensor:
+        post, comb, x_TD = self.attn_hc(streams_TND)
+        streams_TND = hc_merge(post, comb, self.self_attention(self.input_layernorm(x_TD), packed), streams_TND)
+        post, comb, x_TD = self.ffn_hc(streams_TND)
+        return hc_merge(post, comb, self.mlp(self.pre_mlp_layernorm(x_TD)), streams_TND)

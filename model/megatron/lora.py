@@ -1,0 +1,103 @@
+"""LoRA on the Megatron model: dense/attention linears and routed experts.
+
+An adapted module keeps its frozen `weight` under the same name and adds `lora_A`/`lora_B`,
+so HF mapping, export and checkpoints still see the base weight where they expect it.
+Sharding follows the base: column-parallel -> B split, A duplicated; row-parallel -> A
+split, B duplicated (duplicated adapters get partial grads, summed over TP like norms).
+Routed experts get one adapter per expert (stored like expert weights: split over EP), or
+one adapter shared by the layer's experts; normalize_moe_lora divides their rank by top-k.
+Shape legend: A tokens (or assignments), G local experts, R rank, I input, O output.
+"""
+import torch
+import torch.nn.functional as F
+from megatron.core import parallel_state as ps
+from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+from model.megatron.grouped import GroupedLinear, grouped_matmul
+from model.megatron.parallel import ShardedLinear, mark_duplicated
+
+
+def _adapter(shape: tuple[int, ...], dtype, split_dim: int | None, std: float) -> torch.nn.Parameter:
+    param = torch.nn.Parameter(torch.randn(shape, dtype=torch.float32).mul_(std).to(dtype))
+    if split_dim is None:
+        return mark_duplicated(param)
+    set_tensor_model_parallel_attributes(param, True, split_dim, 1)
+    return param
+
+
+class LoraLinear(torch.nn.Module):
+    """base(x) + scale * B(A(x)) around a ShardedLinear; B starts at zero (output unchanged)."""
+
+    def __init__(self, base: ShardedLinear, rank: int, alpha: float):
+        super().__init__()
+        out_local, in_local = base.weight.shape
+        self.mode, self.weight, self.scale = base.mode, base.weight, alpha / rank
+        self.weight.requires_grad_(False)
+        dtype = base.weight.dtype
+        self.lora_A = _adapter((rank, in_local), dtype, 1 if base.mode == "row" else None, in_local ** -0.5)
+        self.lora_B = _adapter((out_local, rank), dtype, 0 if base.mode == "column" else None, 0.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight) + self.scale * F.linear(F.linear(x, self.lora_A), self.lora_B)
+
+    def merged_weight(self) -> torch.Tensor:
+        return self.weight + (self.scale * self.lora_B.float() @ self.lora_A.float()).to(self.weight.dtype)
+
+
+class LoraGrouped(torch.nn.Module):
+    """GroupedLinear + adapters: per expert ([G, R, I], [G, O, R]) or one shared pair."""
+
+    def __init__(self, base: GroupedLinear, rank: int, alpha: float, shared: bool):
+        super().__init__()
+        experts, out_f, in_f = base.weight.shape
+        if ps.get_expert_tensor_parallel_world_size() > 1:
+            raise ValueError("LoRA on routed experts needs trainer.mesh.etp=1 (expert adapters are not ETP-split)")
+        if shared and ps.get_expert_model_parallel_world_size() > 1:
+            raise ValueError("trainer.lora.share_expert_adapters needs trainer.mesh.ep=1 (a shared adapter would span EP ranks)")
+        self.weight, self.scale, self.shared = base.weight, alpha / rank, shared
+        self.weight.requires_grad_(False)
+        lead = () if shared else (experts,)
+        self.lora_A = torch.nn.Parameter(torch.randn(*lead, rank, in_f).mul_(in_f ** -0.5).to(base.weight.dtype))
+        self.lora_B = torch.nn.Parameter(torch.zeros(*lead, out_f, rank, dtype=base.weight.dtype))
+        for param in (self.lora_A, self.lora_B):
+            if shared:
+                mark_duplicated(param)
+            else:
+                param.allreduce = False
+
+    def forward(self, x_AI: torch.Tensor, counts_G: torch.Tensor) -> torch.Tensor:
+        base_AO = grouped_matmul(x_AI, self.weight, counts_G)
+        if self.shared:
+            return base_AO + self.scale * F.linear(F.linear(x_AI, self.lora_A), self.lora_B)
+        low_AR = grouped_matmul(x_AI, self.lora_A, counts_G)
+        return base_AO + self.scale * grouped_matmul(low_AR, self.lora_B, counts_G)
+
+    def merged_weight(self) -> torch.Tensor:
+        delta = self.scale * torch.matmul(self.lora_B.float(), self.lora_A.float())
+        return self.weight + delta.to(self.weight.dtype)
+
+
+def apply_lora(model: torch.nn.Module, targets: list[str], rank: int, alpha: float,
+               share_expert_adapters: bool = False, normalize_moe_lora: bool = False, topk: int = 1) -> list[str]:
+    """Freeze the model and wrap every targeted linear; returns the adapted module names."""
+    for param in model.parameters():
+        param.requires_grad_(False)
+    expert_rank = rank // topk if normalize_moe_lora else rank
+    if expert_rank < 1:
+        raise ValueError(f"trainer.lora.rank={rank} // top-k {topk} is 0 with normalize_moe_lora")
+    adapted = []
+    for name, module in list(model.named_modules()):
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf not in targets:
+            continue
+        parent = model.get_submodule(name.rsplit(".", 1)[0])
+        if isinstance(module, GroupedLinear):
+            setattr(parent, leaf, LoraGrouped(module, expert_rank, alpha, share_expert_adapters))
+        elif isinstance(module, ShardedLinear):
+            setattr(parent, leaf, LoraLinear(module, rank, alpha))
+        else:
+            continue
+        adapted.append(name)
+    if not adapted:
+        raise ValueError(f"trainer.lora.targets={targets} matched no linear layer of the model")
+    return adapted

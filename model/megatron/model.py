@@ -1,0 +1,78 @@
+"""GLM-5.3-Flash language model for megatron-core 0.19.2 (no TransformerEngine).
+
+embedding -> expand to hc_mult streams -> decoder layers -> mean of streams -> norm ->
+vocab-parallel output layer. Input is one packed token stream (every TP rank gets all of
+it); between layers each TP rank keeps T/tp tokens (sequence parallel). The output is this
+rank's vocabulary slice of the logits; `token_logprobs` turns it into log p(target)
+with Megatron's vocab-parallel cross entropy, without gathering the vocabulary.
+Shape legend: T tokens, Tl local tokens, N streams, D hidden, Vl local vocabulary.
+"""
+import torch
+import torch.nn.functional as F
+from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+from megatron.core.tensor_parallel.mappings import (
+    gather_from_tensor_model_parallel_region,
+    reduce_scatter_to_sequence_parallel_region,
+)
+from torch.utils.checkpoint import checkpoint
+
+from model.megatron.layer import DecoderLayer
+from model.megatron.mhc import contract_streams, expand_streams
+from model.megatron.packing import Packed
+from model.megatron.parallel import enter_tp, split_size, tp_rank, tp_size
+from model.megatron.rmsnorm import RMSNorm
+from model.megatron.spec import ModelSpec
+
+
+def _vocab_param(spec: ModelSpec) -> torch.nn.Parameter:
+    rows = split_size(spec.vocab_size, tp_size(), "vocab_size")
+    param = torch.nn.Parameter(torch.empty(rows, spec.hidden_size, dtype=spec.dtype))
+    set_tensor_model_parallel_attributes(param, tp_size() > 1, 0, 1)
+    return param
+
+
+class GlmModel(torch.nn.Module):
+    def __init__(self, spec: ModelSpec, recompute_layers: bool = False):
+        super().__init__()
+        if spec.tie_word_embeddings:
+            raise ValueError("arch.tie_word_embeddings=true: GLM-5.3-Flash unties them; tied weights are not implemented")
+        self.spec = spec
+        self.recompute_layers = recompute_layers
+        self.word_embeddings = _vocab_param(spec)
+        self.layers = torch.nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_hidden_layers))
+        self.final_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.dtype)
+        self.output_layer = _vocab_param(spec)
+
+    def embed(self, ids_T: torch.Tensor) -> torch.Tensor:
+        """This rank's T/tp tokens of the embedding (vocab-parallel lookup, summed over TP)."""
+        if tp_size() == 1:
+            return F.embedding(ids_T, self.word_embeddings)
+        first = tp_rank() * self.word_embeddings.shape[0]
+        local_T = ids_T - first
+        outside_T = (local_T < 0) | (local_T >= self.word_embeddings.shape[0])
+        emb_TD = F.embedding(local_T.masked_fill(outside_T, 0), self.word_embeddings)
+        return reduce_scatter_to_sequence_parallel_region(emb_TD.masked_fill(outside_T.unsqueeze(-1), 0))
+
+    def _run_layer(self, layer: DecoderLayer, streams_TND: torch.Tensor, packed: Packed) -> torch.Tensor:
+        if self.recompute_layers and torch.is_grad_enabled():
+            return checkpoint(layer, streams_TND, packed, use_reentrant=False)
+        return layer(streams_TND, packed)
+
+    def forward(self, ids_T: torch.Tensor, packed: Packed) -> torch.Tensor:
+        """Logits over this rank's vocabulary slice, [T, Vl] (T = all tokens of the stream)."""
+        streams_TND = expand_streams(self.embed(ids_T), self.spec.hc_mult)
+        for layer in self.layers:
+            streams_TND = self._run_layer(layer, streams_TND, packed)
+        hidden_TlD = self.final_layernorm(contract_streams(streams_TND))
+        return F.linear(enter_tp(hidden_TlD), self.output_layer)
+
+
+def token_logprobs(logits_TVl: torch.Tensor, targets_T: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log p(targets_T[t] | tokens <= t) under softmax(logits / temperature), fp32."""
+    return -vocab_parallel_cross_entropy(logits_TVl.float() / temperature, targets_T)
+
+
+def full_logits(logits_TVl: torch.Tensor) -> torch.Tensor:
+    """All-gather the vocabulary (tests and small models only: [T, V] on every rank)."""
+    return gather_from_tensor_model_parallel_region(logits_TVl) if tp_size() > 1 else logits_TVl

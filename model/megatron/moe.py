@@ -1,0 +1,83 @@
+"""GLM-5.3-Flash's MoE block: sigmoid router with an expert-bias (routing only), top-k
+probabilities renormalised and scaled, grouped routed experts, one shared expert.
+
+Routing uses megatron-core's topk_routing_with_score_function (the same sigmoid + bias +
+scaling HF glm5_next does). Expert parallelism: tokens (and their routing) are all-gathered
+over the expert-model-parallel group (EP x ETP ranks); each rank runs its own experts (its
+ETP slice of their width) on the tokens routed to them, and a reduce-scatter sums the
+partial outputs back to each rank's tokens. This is Megatron's all-gather dispatcher
+scheme: exact for any EP/ETP, simpler than all-to-all, more traffic at large EP.
+Shape legend: T tokens, A token-expert assignments, K top-k, E local experts, D hidden.
+"""
+import torch
+from megatron.core import parallel_state as ps
+from megatron.core.tensor_parallel.mappings import (
+    gather_from_sequence_parallel_region,
+    reduce_scatter_to_sequence_parallel_region,
+)
+from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_function
+
+from model.megatron.grouped import GroupedLinear
+from model.megatron.mlp import SwiGLUMLP, clamped_swiglu
+from model.megatron.parallel import mark_duplicated, split_size
+from model.megatron.spec import ModelSpec
+
+
+def expert_group():
+    return ps.get_expert_tensor_and_model_parallel_group()
+
+
+class RoutedExperts(torch.nn.Module):
+    """This rank's experts: [first, first + E) of all, each holding 1/ETP of its width."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        ep, etp = ps.get_expert_model_parallel_world_size(), ps.get_expert_tensor_parallel_world_size()
+        self.local_experts = split_size(spec.n_routed_experts, ep, "n_routed_experts")
+        self.first = ps.get_expert_model_parallel_rank() * self.local_experts
+        width = split_size(spec.moe_intermediate_size, etp, "moe_intermediate_size")
+        self.limit = spec.swiglu_limit
+        self.linear_fc1 = GroupedLinear(self.local_experts, spec.hidden_size, 2 * width, spec.dtype, etp_dim=1, stride=2)
+        self.linear_fc2 = GroupedLinear(self.local_experts, width, spec.hidden_size, spec.dtype, etp_dim=2)
+
+    def forward(self, x_TD: torch.Tensor, probs_TK: torch.Tensor, experts_TK: torch.Tensor) -> torch.Tensor:
+        local_TK = experts_TK - self.first
+        mine_TK = (local_TK >= 0) & (local_TK < self.local_experts)
+        token_A = torch.arange(x_TD.shape[0], device=x_TD.device).unsqueeze(-1).expand_as(local_TK)[mine_TK]
+        expert_A, prob_A = local_TK[mine_TK], probs_TK[mine_TK]
+        order_A = torch.argsort(expert_A, stable=True)
+        token_A, expert_A, prob_A = token_A[order_A], expert_A[order_A], prob_A[order_A]
+        counts_E = torch.bincount(expert_A, minlength=self.local_experts)
+        hidden_AF = clamped_swiglu(self.linear_fc1(x_TD[token_A], counts_E), self.limit)
+        out_AD = self.linear_fc2(hidden_AF, counts_E) * prob_A.unsqueeze(-1)
+        return torch.zeros_like(x_TD).index_add_(0, token_A, out_AD.to(x_TD.dtype))
+
+
+class MoE(torch.nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.topk, self.scaling = spec.num_experts_per_tok, spec.routed_scaling_factor
+        self.router_weight = mark_duplicated(torch.nn.Parameter(torch.zeros(spec.n_routed_experts, spec.hidden_size)))
+        self.register_buffer("expert_bias", torch.zeros(spec.n_routed_experts))
+        self.experts = RoutedExperts(spec)
+        shared_width = spec.moe_intermediate_size * spec.n_shared_experts
+        self.shared_experts = SwiGLUMLP(spec.hidden_size, shared_width, spec.swiglu_limit, spec.dtype)
+
+    def route(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(probs_TK fp32, experts_TK): sigmoid scores, bias only for choosing, renormalised, scaled."""
+        logits_TE = torch.nn.functional.linear(x_TD.float(), self.router_weight.float())
+        return topk_routing_with_score_function(logits_TE, self.topk, scaling_factor=self.scaling,
+                                                score_function="sigmoid", expert_bias=self.expert_bias,
+                                                dense_output=True)
+
+    def forward(self, x_TlD: torch.Tensor) -> torch.Tensor:
+        probs_TK, experts_TK = self.route(x_TlD)
+        group = expert_group()
+        if group.size() == 1:
+            routed_TD = self.experts(x_TlD, probs_TK, experts_TK)
+        else:
+            gather = gather_from_sequence_parallel_region
+            routed_TD = self.experts(gather(x_TlD, group=group), gather(probs_TK, group=group),
+                                     gather(experts_TK, group=group))
+            routed_TD = reduce_scatter_to_sequence_parallel_region(routed_TD, group=group)
+        return routed_TD + self.shared_experts(x_TlD)
