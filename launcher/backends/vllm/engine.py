@@ -1,0 +1,140 @@
+"""One vLLM engine (tensor parallel inside it): throttled generation, weight updates, sleep/wake.
+
+Plain Python so it can be driven in-process by tests; actor.py puts one per Ray actor.
+The engine core runs in the actor's process (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight
+buckets reach the workers through `collective_rpc` without another process hop, and on a
+CPU that is the only mode in which in-process weight reloads work.
+"""
+import itertools
+import logging
+import os
+from collections import deque
+
+from launcher.backends.vllm.args import adapter_sync, engine_kwargs
+from launcher.backends.vllm.model_dir import engine_model_dir
+from launcher.backends.vllm.sampling import Generation, sampling_params, to_generation
+
+log = logging.getLogger(__name__)
+ALL_TAGS = ("weights", "kv_cache")
+
+
+def _set_process_env() -> None:
+    """Environment vLLM reads at import/start; set before `import vllm`, never overriding the user's."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # vLLM's CPU backend pins its OpenMP threads to cores by default; next to a trainer on
+    # the same cores the pinned, spinning threads contend (measured on 2 cores: 0.2 s per
+    # decode step pinned, 0.005 s unpinned). GPU workers ignore this variable.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+
+class VllmEngine:
+    def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int):
+        _set_process_env()
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        self.on_cpu = current_platform.is_cpu()
+        self.algorithm = cfg.algorithm
+        self.eos_id = eos_id
+        self.concurrency = cfg.inference.concurrency_per_engine
+        self.adapter_sync = adapter_sync(cfg)
+        colocated = cfg.placement.mode.value == "colocated"
+        self.sleep_level = cfg.inference.sleep_level if colocated else 0
+        if self.sleep_level and self.on_cpu:
+            log.info("vllm: sleep_level=%d skipped: vLLM has no sleep mode on CPU; the engine stays resident",
+                     self.sleep_level)
+            self.sleep_level = 0
+        kwargs = engine_kwargs(cfg, plan, engine_model_dir(cfg.model, pad_id, eos_id), on_cpu=self.on_cpu, seed=seed)
+        self.llm = LLM(**kwargs)
+        self.version = -1
+        self._asleep: set[str] = set()
+        self._lora = None
+        self._request_ids = itertools.count()
+
+    # ---- generation -------------------------------------------------------------------------
+
+    def generate(self, prompts: list[list[int]], seed: int, max_tokens: int | None = None) -> list[Generation]:
+        """One response per prompt (repeat a prompt for a group); request i is seeded seed + i.
+
+        At most concurrency_per_engine requests are inside vLLM at once; the next is added
+        as soon as one finishes, so the engine stays full without an unbounded queue.
+        """
+        if self._asleep:
+            raise RuntimeError("vllm engine is asleep; call wake() before generate()")
+        from vllm.inputs import TokensPrompt
+
+        engine = self.llm.llm_engine
+        pending = deque(enumerate(prompts))
+        in_flight: dict[str, int] = {}
+        results: list[Generation | None] = [None] * len(prompts)
+        while pending or in_flight:
+            while pending and len(in_flight) < self.concurrency:
+                row, prompt = pending.popleft()
+                request_id = f"r{next(self._request_ids)}"
+                engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(prompt)),
+                                   sampling_params(self.algorithm, self.eos_id, seed + row, max_tokens),
+                                   lora_request=self._lora)
+                in_flight[request_id] = row
+            for output in engine.step():
+                if output.finished:
+                    results[in_flight.pop(output.request_id)] = to_generation(output.outputs[0])
+        return results
+
+    # ---- colocation -------------------------------------------------------------------------
+
+    def sleep(self) -> None:
+        """Free the GPU for training: level 1 keeps weights in host RAM, level 2 drops them."""
+        if not self.sleep_level or self._asleep:
+            return
+        self.llm.sleep(level=self.sleep_level)
+        self._asleep = set(ALL_TAGS)
+
+    def wake(self) -> None:
+        if not self._asleep:
+            return
+        self.llm.wake_up(tags=[t for t in ALL_TAGS if t in self._asleep])
+        self._asleep.clear()
+        # The KV cache was dropped while asleep; no cached prefix may point into it.
+        self.llm.reset_prefix_cache()
+
+    def _wake_weights(self) -> None:
+        """A sleeping engine takes a weight update with only its weights' memory mapped back."""
+        if "weights" in self._asleep:
+            self.llm.wake_up(tags=["weights"])
+            self._asleep.discard("weights")
+
+    # ---- merged weight sync (bucketed, any device) ------------------------------------------
+
+    def begin_weight_update(self) -> None:
+        self._wake_weights()
+        self.llm.collective_rpc("begin_weight_reload")
+
+    def load_weight_bucket(self, bucket: list) -> int:
+        """Load one bucket of (HF name, tensor) pairs on every worker of this engine."""
+        return self.llm.collective_rpc("load_weight_bucket", args=(bucket,))[0]
+
+    def finish_weight_update(self, version: int) -> None:
+        self.llm.collective_rpc("finish_weight_reload")
+        self._updated(version)
+
+    def _updated(self, version: int) -> None:
+        # Cached prefixes hold K/V computed by the old weights.
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    # ---- adapter sync -----------------------------------------------------------------------
+
+    def load_adapter(self, folder: str, version: int) -> None:
+        """Serve the PEFT adapter in `folder` (adapter_config.json + safetensors) from now on.
+
+        One adapter slot (id 1) is reloaded in place each version, eagerly here, so requests
+        never trigger a load and the engine never caches stale versions.
+        """
+        if not self.adapter_sync:
+            raise RuntimeError("engine started without LoRA (trainer.lora.merge is true); sync merged weights instead")
+        from vllm.lora.request import LoRARequest
+
+        self._wake_weights()
+        self.llm.llm_engine.add_lora(LoRARequest("policy", 1, folder, load_inplace=True))
+        self._lora = LoRARequest("policy", 1, folder)
+        self._updated(version)

@@ -1,0 +1,38 @@
+"""Methods mixed into every vLLM worker (engine arg worker_extension_cls) for bucketed weight sync.
+
+The engine calls them with `collective_rpc`, so with TP > 1 each worker receives the
+same bucket and vLLM's loaders keep only its own shard. A bucket holds HF-named tensors
+of bounded total size, so no side ever holds a second full copy of the model: buckets
+stream in and each is loaded and released before the next.
+
+Loading goes through vLLM's layerwise reload lifecycle (what its own `reload_weights`
+and NCCL weight transfer use): after the first load, platforms repack weights into
+kernel layouts (the CPU backend does), so a plain `load_weights` on the live model
+fails. The lifecycle restores checkpoint-format parameters, buffers each layer's
+weights until the layer is complete, then processes and copies them into the kernel
+tensors in place. This path works on any device (the CPU tests use it); on GPUs the
+faster CUDA-IPC and NCCL transfers are vLLM's own weight-transfer engines (transfer.py).
+"""
+import torch
+
+
+class WeightSyncExtension:
+    def begin_weight_reload(self) -> None:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        initialize_layerwise_reload(self.model_runner.get_model())
+
+    def load_weight_bucket(self, named: list[tuple[str, torch.Tensor]]) -> int:
+        """Load one bucket of HF-named tensors; returns how many were given.
+
+        `load_weights` maps HF names onto vLLM's fused parameters (q/k/v into qkv_proj,
+        gate/up into gate_up_proj, experts into their stacked tensors) and copies onto
+        the parameter's device, so CPU tensors from the object store load onto GPUs too.
+        """
+        self.model_runner.get_model().load_weights(weights=iter(named))
+        return len(named)
+
+    def finish_weight_reload(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        finalize_layerwise_reload(self.model_runner.get_model(), self.model_config)
