@@ -4,6 +4,7 @@ Every number an engine starts with comes from the plan or the config, so what `p
 printed is what runs: max_num_seqs, max_model_len, the memory budget, TP/EP, LoRA rank and
 targets, sleep mode. Kept free of vllm so it is unit-tested in the project's main venv.
 """
+from launcher.backends.vllm.transfer import transfer_backend
 from launcher.plan import Plan
 from launcher.schema.root import LauncherConfig
 
@@ -32,9 +33,14 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
     """Keyword arguments for `vllm.LLM(...)` for one engine.
 
     On a CPU, vLLM reads gpu_memory_utilization as a share of the whole host's RAM, so
-    the planned cache size is passed in bytes instead; sleep mode does not exist there.
+    the planned cache size is passed in bytes instead; sleep mode and the CUDA-IPC/NCCL
+    weight transfers do not exist there (weights arrive in buckets, worker.py).
     """
     inf = cfg.inference
+    colocated = cfg.placement.mode.value == "colocated"
+    if adapter_sync(cfg) and colocated and inf.sleep_level == 2 and not on_cpu:
+        raise ValueError("inference.sleep_level=2 discards the engine's base weights while it sleeps, and adapter "
+                         "sync (trainer.lora.merge=false) never sends them again; use sleep_level=1")
     kwargs = dict(
         model=model_path,
         # Prompts arrive as token ids from the driver's tokenizer; engines never tokenize.
@@ -57,9 +63,10 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
         planned = int(plan.memory.inference.cache_gib * 2**30)
         kwargs.update(kv_cache_memory_bytes=max(planned, _MIN_CPU_CACHE_BYTES), enforce_eager=True)
     else:
-        colocated = cfg.placement.mode.value == "colocated"
         kwargs.update(gpu_memory_utilization=inf.gpu_memory_utilization,
                       enable_sleep_mode=colocated and inf.sleep_level > 0)
+        if not adapter_sync(cfg):
+            kwargs["weight_transfer_config"] = {"backend": transfer_backend(cfg)}
     if adapter_sync(cfg):
         kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(cfg.trainer.lora.rank))
         if inf.lora_targets:

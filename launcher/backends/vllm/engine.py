@@ -13,6 +13,7 @@ from collections import deque
 from launcher.backends.vllm.args import adapter_sync, engine_kwargs
 from launcher.backends.vllm.model_dir import engine_model_dir
 from launcher.backends.vllm.sampling import Generation, sampling_params, to_generation
+from launcher.backends.vllm.transfer import engine_rank_offset
 
 log = logging.getLogger(__name__)
 ALL_TAGS = ("weights", "kv_cache")
@@ -28,7 +29,7 @@ def _set_process_env() -> None:
 
 
 class VllmEngine:
-    def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int):
+    def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int, engine_index: int = 0):
         _set_process_env()
         from vllm import LLM
         from vllm.platforms import current_platform
@@ -37,6 +38,7 @@ class VllmEngine:
         self.algorithm = cfg.algorithm
         self.eos_id = eos_id
         self.concurrency = cfg.inference.concurrency_per_engine
+        self.engine_index, self.tp = engine_index, cfg.inference.tp
         self.adapter_sync = adapter_sync(cfg)
         colocated = cfg.placement.mode.value == "colocated"
         self.sleep_level = cfg.inference.sleep_level if colocated else 0
@@ -138,3 +140,22 @@ class VllmEngine:
         self.llm.llm_engine.add_lora(LoRARequest("policy", 1, folder, load_inplace=True))
         self._lora = LoRARequest("policy", 1, folder)
         self._updated(version)
+
+    # ---- GPU weight transfer: vLLM's CUDA-IPC / NCCL engines, driven by transfer.py ---------
+
+    def transfer_init(self, init_info: dict) -> None:
+        self.llm.init_weight_transfer_engine({"init_info": engine_rank_offset(init_info, self.engine_index, self.tp)})
+
+    def transfer_start(self) -> None:
+        self._wake_weights()
+        self.llm.start_weight_update()
+
+    def transfer_update(self, update_info: dict) -> None:
+        self.llm.update_weights({"update_info": update_info})
+
+    def transfer_finish(self, weight_version: str | None) -> None:
+        self.llm.finish_weight_update()
+        self._updated(int(weight_version) if weight_version is not None else self.version + 1)
+
+    def transfer_shutdown(self) -> None:
+        self.llm.shutdown_weight_transfer_engine()

@@ -1,0 +1,82 @@
+"""The vllm backend's pure parts: engine arguments from config + plan, buckets, rank offsets.
+
+These run in the project's main venv (no vllm import): what an engine starts with must be
+what `plan` printed, on CPU and on GPU clusters alike.
+"""
+import pytest
+import torch
+
+from launcher.backends.vllm.args import engine_kwargs, vllm_lora_rank
+from launcher.backends.vllm.buckets import buckets
+from launcher.backends.vllm.transfer import engine_rank_offset
+
+
+def _kwargs(point, *overrides, on_cpu=False):
+    p = point(*overrides)
+    return engine_kwargs(p.cfg, p.plan, "/models/x", on_cpu=on_cpu, seed=7)
+
+
+def test_cpu_engine_gets_the_planned_cache_in_bytes_and_no_sleep(point):
+    kw = _kwargs(point, "recipe=tiny_qwen3_vllm", on_cpu=True)
+    assert kw["max_num_seqs"] == 64 and kw["max_model_len"] == 64
+    # vLLM's CPU backend reads gpu_memory_utilization as a share of all host RAM.
+    assert "gpu_memory_utilization" not in kw and kw["kv_cache_memory_bytes"] >= 32 << 20
+    assert "enable_sleep_mode" not in kw and "weight_transfer_config" not in kw
+    assert kw["load_format"] == "dummy" and kw["skip_tokenizer_init"] is True
+    assert kw["logprobs_mode"] == "processed_logprobs" and kw["dtype"] == "float32"
+
+
+def test_colocated_gpu_engine_sleeps_and_takes_ipc_transfers(point):
+    kw = _kwargs(point, "recipe=dapo_fullft")
+    p = point("recipe=dapo_fullft")
+    assert kw["gpu_memory_utilization"] == p.cfg.inference.gpu_memory_utilization
+    assert kw["enable_sleep_mode"] is (p.cfg.placement.mode.value == "colocated" and p.cfg.inference.sleep_level > 0)
+    backend = "ipc" if p.cfg.placement.mode.value == "colocated" else "nccl"
+    assert kw["weight_transfer_config"] == {"backend": backend}
+    assert kw["tensor_parallel_size"] == p.cfg.inference.tp
+
+
+def test_async_engine_takes_nccl_transfers_and_never_sleeps(point):
+    kw = _kwargs(point, "recipe=dapo_async")
+    assert kw["weight_transfer_config"] == {"backend": "nccl"} and kw["enable_sleep_mode"] is False
+
+
+def test_adapter_sync_starts_lora_with_the_recipe_targets(point):
+    kw = _kwargs(point, "recipe=dapo_sync")
+    assert kw["enable_lora"] is True and kw["max_lora_rank"] == 64
+    assert "experts" in kw["lora_target_modules"]
+    assert kw["enable_expert_parallel"] is (point("recipe=dapo_sync").cfg.inference.ep > 1)
+    assert "weight_transfer_config" not in kw  # adapters travel as a folder, not as merged weights
+
+
+def test_expert_parallel_follows_inference_ep(point):
+    assert _kwargs(point, "recipe=dapo_sync", "inference.ep=8")["enable_expert_parallel"] is True
+    assert _kwargs(point, "recipe=dapo_sync", "inference.ep=1")["enable_expert_parallel"] is False
+
+
+def test_sleep_level_2_with_adapter_sync_is_refused(point):
+    with pytest.raises(ValueError, match="sleep_level=1"):
+        _kwargs(point, "recipe=dapo_sync", "inference.sleep_level=2")
+
+
+@pytest.mark.parametrize(("rank", "allowed"), [(1, 1), (4, 8), (64, 64), (300, 320), (512, 512)])
+def test_lora_rank_rounds_up_to_a_vllm_rank(rank, allowed):
+    assert vllm_lora_rank(rank) == allowed
+
+
+def test_lora_rank_above_vllm_maximum_is_an_error():
+    with pytest.raises(ValueError, match="512"):
+        vllm_lora_rank(1024)
+
+
+def test_buckets_are_bounded_ordered_and_complete():
+    named = [(f"w{i}", torch.zeros(n)) for i, n in enumerate([10, 10, 5, 5, 30, 1])]  # fp32: 4 B each
+    out = list(buckets(named, max_bytes=80))
+    # 40+40 fill one bucket; 20+20 share the next; 120 B exceeds the bound and travels alone.
+    assert [[n for n, _ in b] for b in out] == [["w0", "w1"], ["w2", "w3"], ["w4"], ["w5"]]
+    assert all(sum(t.numel() * 4 for _, t in b) <= 80 for b in out if len(b) > 1)
+
+
+def test_each_engine_shifts_its_nccl_ranks_past_the_engines_before_it():
+    assert engine_rank_offset({"rank_offset": 1, "world_size": 17}, engine_index=1, tp=8)["rank_offset"] == 9
+    assert engine_rank_offset({"packed": True}, engine_index=1, tp=8) == {"packed": True}
