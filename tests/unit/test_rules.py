@@ -1,0 +1,290 @@
+"""Every validator rule, table-driven: a base point that passes it and overrides that make it fire.
+
+Each row: the rule id, a base point (a shipped recipe, sometimes with a few overrides) that does
+NOT produce the id, the overrides that break it, and what the finding must say: id, severity,
+full key, and substrings of the message that carry the actual values (literal, or computed from
+the plan so planner constants can move without breaking the test). A rule added to
+`launcher.validate.RULES` without a row here fails `test_every_rule_has_a_failing_and_a_passing_case`.
+
+Rows marked `bug=` are launcher defects found while writing these tests: strict xfail, so the
+suite goes red (XPASS) the moment one is fixed and the marker must be removed. Rows for an id that
+is not registered are skipped with that reason (so a renamed rule shows up in `-ra`).
+"""
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from launcher.validate import RULES
+
+BASES: dict[str, tuple[str, ...]] = {
+    "dapo_sync": ("recipe=dapo_sync",),
+    "dapo_async": ("recipe=dapo_async",),
+    "dapo_fullft": ("recipe=dapo_fullft",),
+    "gsm8k_grpo": ("recipe=gsm8k_grpo",),
+    "tiny_grpo": ("recipe=tiny_grpo",),
+    # the 3-node DAPO recipe (DOMAIN 5.10 before the node was lost): dp 12
+    "dapo_sync_3nodes": ("recipe=dapo_sync", "cluster=b300x3", "inference.engines=3"),
+    # GSM8K with MoE LoRA normalisation on (rank 32 / top-8 = 4)
+    "gsm8k_normalized": ("recipe=gsm8k_grpo", "trainer.lora.normalize_moe_lora=true"),
+    # async with adapter sync instead of merged weights over the network
+    "dapo_async_adapter": ("recipe=dapo_async", "trainer.lora.merge=false", "inference.lora_targets=[experts,q_proj]"),
+    # a 22 GiB card (DOMAIN 5.13) running the tiny model at the default utilisation 0.7
+    "small_card": ("recipe=tiny_grpo", "cluster=h200x1", "cluster.gpu.memory_gib=22", "inference.engines=1"),
+}
+
+Value = str | Callable[[object], str]
+
+
+@dataclass(frozen=True)
+class Case:
+    rule: str
+    base: str
+    breaking: tuple[str, ...]
+    severity: str
+    key: str
+    values: tuple[Value, ...]
+    bug: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.rule}[{self.base}: {' '.join(self.breaking)}]"
+
+
+def C(rule, base, breaking, severity, key, *values, bug=None) -> Case:  # noqa: N802 - table constructor
+    return Case(rule, base, tuple(breaking), severity, key, values, bug)
+
+
+E, W = "error", "warning"
+
+CASES = [
+    # --- algorithm, batch chain, run length
+    C("ALGO001", "dapo_sync", ["algorithm.clip_high=0.1"], E, "algorithm.clip_high", "clip_low=0.2", "clip_high=0.1"),
+    C("ALGO002", "dapo_sync", ["algorithm.overlong.buffer_len=8192"], E, "algorithm.overlong.buffer_len",
+      "buffer_len=8192", "max_response_len=8192"),
+    C("ALGO003", "dapo_async", ["algorithm.overlong.buffer_len=2048", "algorithm.overlong.expected_response_len=2440"],
+      W, "algorithm.overlong.buffer_len", "starts at 2048 tokens", "mean response of 2440"),
+    C("ALGO004", "dapo_async", ["algorithm.max_staleness=0"], E, "algorithm.max_staleness", "max_staleness=0", "async"),
+    C("ALGO005", "dapo_sync", ["algorithm.temperature=0"], E, "algorithm.temperature", "temperature=0.0"),
+    C("ALGO005", "dapo_sync", ["algorithm.top_p=1.5"], E, "algorithm.top_p", "top_p=1.5"),
+    C("ALGO005", "dapo_sync", ["algorithm.dual_clip=1.0"], E, "algorithm.dual_clip", "dual_clip=1.0"),
+    C("ALGO006", "dapo_sync", ["run.steps=0"], E, "run.steps", "run.steps=0"),
+    C("ALGO006", "dapo_sync", ["checkpoint.keep=0"], E, "checkpoint.keep", "checkpoint.keep=0"),
+    C("ALGO006", "dapo_sync", ["checkpoint.every_steps=-1"], E, "checkpoint.every_steps", "every_steps=-1",
+      bug="ALGO006 reports a negative checkpoint.every_steps under key checkpoint.keep"),
+    C("BATCH001", "dapo_sync_3nodes", ["algorithm.samples_per_prompt=8"], E, "algorithm.samples_per_prompt",
+      "mini_batch_prompts 32", "samples_per_prompt 8", "= 256", "dp 12"),
+    C("BATCH002", "dapo_sync", ["algorithm.mini_batch_prompts=48"], E, "algorithm.mini_batch_prompts",
+      "prompts_per_step 128", "mini_batch_prompts 48"),
+    C("BATCH003", "dapo_sync", ["algorithm.samples_per_prompt=1"], E, "algorithm.samples_per_prompt",
+      "samples_per_prompt=1"),
+    # --- data
+    C("DATA001", "tiny_grpo", ["data.task=no_such_task"], E, "data.task", "data.task='no_such_task'"),
+    C("DATA002", "tiny_grpo", ["data.train_path=/nonexistent/train.jsonl"], E, "data.train_path",
+      "/nonexistent/train.jsonl", "does not exist"),
+    C("DATA002", "tiny_grpo", ["data.val_path=prompts.csv"], E, "data.val_path", "prompts.csv", ".jsonl"),
+    C("DATA002", "tiny_grpo", ["data.task=gsm8k"], E, "data.train_path", "train_path=null", "'gsm8k'"),
+    # --- inference
+    C("INF001", "dapo_sync", ["inference.tp=3"], E, "inference.tp", "inference.tp=3", "64"),
+    C("INF002", "dapo_sync", ["inference.engines=1"], E, "inference.engines", "1 x 8 = 8", "16 trainer GPUs"),
+    C("INF002", "dapo_async", ["inference.engines=2"], E, "inference.engines", "= 16 GPUs", "8 GPUs on the inference nodes"),
+    C("INF003", "dapo_sync", ["inference.max_num_seqs=8192"], E, "inference.max_num_seqs", "max_num_seqs=8192",
+      "8 KDA heads per rank", "65535"),
+    C("INF004", "dapo_sync", ["inference.gpu_memory_utilization=1.0"], E, "inference.gpu_memory_utilization",
+      "gpu_memory_utilization=1.0"),
+    C("INF005", "small_card", ["inference.gpu_memory_utilization=0.9"], E, "inference.gpu_memory_utilization",
+      "gpu_memory_utilization=0.9", "leaves 2.2 GiB of 22 GiB",
+      lambda p: f"{p.memory.inference.outside_budget_gib:.1f} GiB is needed"),
+    C("INF006", "dapo_sync", ["inference.router.queue_size=100"], E, "inference.router.queue_size",
+      "128 x 2 engines = 256", "queue_size 100"),
+    C("INF007", "dapo_sync", ["inference.router.queue_timeout_s=60"], W, "inference.router.queue_timeout_s",
+      "queue_timeout_s=60", lambda p: f"generation phase {p.timing.generation_s:.0f} s"),
+    C("INF008", "dapo_sync", ["inference.concurrency_per_engine=1024"], W, "inference.concurrency_per_engine",
+      "concurrency_per_engine=1024", "max_num_seqs=512"),
+    C("INF009", "dapo_sync", ["inference.ep=3"], E, "inference.ep", "inference.ep=3", "tp=8", "288 experts"),
+    C("INF010", "dapo_sync", ["inference.sleep_level=3"], E, "inference.sleep_level", "sleep_level=3"),
+    C("INF010", "dapo_async", ["inference.sleep_level=1"], W, "inference.sleep_level", "sleep_level=1", "async"),
+    # --- LoRA
+    C("LORA001", "gsm8k_normalized", ["trainer.lora.rank=12"], E, "trainer.lora.rank", "rank=12",
+      "num_experts_per_tok=8"),
+    C("LORA002", "dapo_sync", ["trainer.lora.rank=48"], E, "trainer.lora.rank", "rank=48", "adapter sync"),
+    C("LORA003", "dapo_sync", ["inference.lora_targets=[q_proj,o_proj]"], E, "inference.lora_targets",
+      "['q_proj', 'o_proj']", "experts"),
+    C("LORA004", "dapo_sync", ["trainer.lora.targets=[q_proj,f_b_proj]"], E, "trainer.lora.targets", "f_b_proj"),
+    C("LORA004", "dapo_sync", ["inference.lora_targets=[experts,g_b_proj]"], E, "inference.lora_targets", "g_b_proj",
+      bug="LORA004 reports a bad inference.lora_targets entry under key trainer.lora.targets"),
+    C("LORA005", "dapo_sync", ["trainer.lora.targets=[q_proj,qkv_proj]"], E, "trainer.lora.targets", "qkv_proj"),
+    C("LORA006", "dapo_fullft", ["trainer.lora.targets=[q_proj]"], W, "trainer.lora.targets", "rank=0", "1 targets"),
+    C("LORA007", "dapo_sync", ["trainer.lora.rank=-1"], E, "trainer.lora.rank", "rank=-1"),
+    # --- memory
+    C("MEM001", "dapo_sync", ["trainer.mesh.ep=1"], E, "trainer.mesh", "B300 has 268.2 GiB",
+      lambda p: f"needs {p.memory.trainer.total_gib:,.1f} GiB per GPU"),
+    C("MEM001", "dapo_fullft", ["trainer.mesh.ep=8", "trainer.mesh.etp=1"], E, "trainer.lora.rank", "B200 has 179.1 GiB",
+      lambda p: f"needs {p.memory.trainer.total_gib:,.1f} GiB per GPU"),
+    C("MEM002", "dapo_sync", ["inference.gpu_memory_utilization=0.2"], E, "inference.gpu_memory_utilization",
+      "10752-token sequence", "53.6 GiB budget", lambda p: f"engine weights {p.memory.inference.weights_gib:,.1f} GiB"),
+    C("MEM003", "dapo_sync", ["inference.max_num_seqs=1000"], W, "inference.max_num_seqs", "max_num_seqs=1000",
+      lambda p: f"fits {p.memory.inference.max_len_sequences_in_budget} max-length"),
+    C("MEM004", "dapo_sync", ["inference.sleep_level=0"], E, "inference.gpu_memory_utilization", "> 268.2 GiB",
+      lambda p: f"peak {p.memory.colocated.peak_gib:,.1f} GiB"),
+    C("MEM005", "dapo_sync", ["cluster.host_memory_gib=256"], E, "cluster.host_memory_gib", "it has 256.0 GiB",
+      lambda p: f"needs {p.memory.host.total_per_node_gib:,.1f} GiB"),
+    C("MEM006", "dapo_fullft", ["cluster=b300x1"], E, "trainer.lora.rank", "5.13 TiB", "313.3 B params",
+      "8 x B300 hold 2.10 TiB", "hosts 2.00 TiB"),
+    # --- trainer mesh
+    C("MESH001", "dapo_sync", ["trainer.mesh.tp=32"], E, "trainer.mesh.tp", "16 trainer GPUs", "tp 32"),
+    C("MESH002", "tiny_grpo", ["trainer.mesh.pp=2"], E, "trainer.mesh.pp", "pp=2", "hc_mult=4"),
+    C("MESH003", "dapo_sync", ["trainer.mesh.cp=2"], E, "trainer.mesh.cp", "cp=2", "KDA"),
+    C("MESH004", "gsm8k_grpo", ["trainer.mesh.etp=null"], E, "trainer.mesh.etp", "ep 8 x etp 2 x pp 1 = 16",
+      "8 trainer GPUs", "etp unset"),
+    C("MESH005", "dapo_sync", ["trainer.mesh.ep=5"], E, "trainer.mesh.ep", "n_routed_experts=288", "ep=5"),
+    C("MESH006", "dapo_sync", ["model.arch.num_attention_heads=40", "trainer.mesh.tp=16"], E, "trainer.mesh.tp",
+      "num_attention_heads=40", "tp=16"),
+    C("MESH006", "dapo_sync", ["model.arch.linear_num_heads=36", "trainer.mesh.tp=8"], E, "trainer.mesh.tp",
+      "linear_num_heads=36", "tp=8"),
+    C("MESH007", "dapo_sync", ["model.arch.intermediate_size=12289"], E, "trainer.mesh.tp", "intermediate_size=12289",
+      "tp=2"),
+    C("MESH007", "dapo_fullft", ["model.arch.moe_intermediate_size=2049"], E, "trainer.mesh.etp",
+      "moe_intermediate_size=2049", "etp=2"),
+    C("MESH008", "tiny_grpo", ["trainer.mesh.sequence_parallel=true"], E, "trainer.mesh.sequence_parallel",
+      "sequence_parallel=true", "tp=1"),
+    C("MESH009", "dapo_sync", ["trainer.mesh.sequence_parallel=false"], E, "trainer.mesh.sequence_parallel", "tp=2",
+      "sequence_parallel=false"),
+    C("MESH010", "dapo_sync", ["trainer.mesh.etp=null"], W, "trainer.mesh.etp", "etp unset", "tp=2"),
+    C("MESH011", "dapo_sync", ["model.arch.hc_mult=1", "trainer.mesh.pp=2"], E, "trainer.mesh.pp",
+      "num_hidden_layers=45", "pp=2"),
+    C("MESH012", "dapo_async", ["placement.trainer_nodes=2"], E, "placement.trainer_nodes", "needs 24 GPUs",
+      "`b300x2` has 16"),
+    C("MHC001", "dapo_sync", ["trainer.use_fused_mhc=true"], E, "trainer.use_fused_mhc", "use_fused_mhc=true"),
+    # --- model
+    C("MODEL001", "dapo_sync", ["model.language_model_only=false"], E, "model.language_model_only",
+      "language_model_only=false"),
+    C("MODEL002", "dapo_sync", ["model.arch.qk_rope_head_dim=64"], E, "model.arch.qk_rope_head_dim",
+      "qk_rope_head_dim=64"),
+    C("MODEL003", "dapo_sync", ["model.hf_path=/nonexistent/glm5"], E, "model.hf_path", "/nonexistent/glm5",
+      "config.json"),
+    C("MODEL004", "dapo_sync", ["model.arch.layer_types=[linear_attention]"], E, "model.arch.layer_types",
+      "1 entries", "45 layers"),
+    C("MODEL004", "dapo_sync", ["model.arch.mlp_layer_types=[dense,moe]"], E, "model.arch.mlp_layer_types",
+      "2 entries", "'moe'", "45 layers"),
+    # --- placement
+    C("PLACE001", "dapo_async", ["cluster=b300x1"], E, "placement.trainer_nodes", "trainer_nodes 1",
+      "inference_nodes 1", "<= 1 nodes"),
+    C("PLACE002", "dapo_sync", ["placement.inference_nodes=1"], W, "placement.inference_nodes", "inference_nodes=1",
+      "colocated"),
+    # --- recompute
+    C("RECOMP001", "dapo_sync", ["trainer.recompute.granularity=full"], E, "trainer.recompute.granularity",
+      "granularity=full", "mHC"),
+    C("RECOMP002", "dapo_sync", ["trainer.recompute.modules=[core_attn,mhc]"], E, "trainer.recompute.modules", "['mhc']"),
+    C("RECOMP002", "dapo_sync", ["trainer.recompute.modules=[core_attn,layernorm,mlp]"], E, "trainer.recompute.modules",
+      "['layernorm', 'mlp']"),
+    C("RECOMP003", "dapo_sync", ["trainer.recompute.num_layers=2"], E, "trainer.recompute.num_layers", "num_layers=2",
+      "selective"),
+    C("RECOMP004", "dapo_sync", ["trainer.recompute.modules=[core_attn,fancy_attn]"], E, "trainer.recompute.modules",
+      "['fancy_attn']"),
+    C("RECOMP005", "dapo_sync", ["trainer.recompute.modules=[]"], W, "trainer.recompute.modules", "empty module list"),
+    # --- runtime
+    C("RUN001", "dapo_sync", ["trainer.nccl_timeout_s=600"], E, "trainer.nccl_timeout_s", "nccl_timeout_s=600",
+      lambda p: f"{p.timing.longest_wait_phase} of {p.timing.longest_wait_s:.0f} s"),
+    C("RUN002", "dapo_async_adapter", ["trainer.lora.merge=true"], W, "trainer.lora.merge", "merged weight sync",
+      lambda p: f"{p.sync.gib_per_engine:,.1f} GiB per engine", lambda p: f"~{p.sync.seconds:.0f} s per step"),
+    # --- sequence lengths
+    C("SEQ001", "dapo_sync", ["inference.max_model_len=8192"], E, "inference.max_model_len", "max_prompt_len 2048",
+      "max_response_len 8192", "= 10240", "max_model_len 8192"),
+    C("SEQ002", "dapo_sync", ["trainer.max_tokens_per_microbatch=8192"], E, "trainer.max_tokens_per_microbatch",
+      "max_tokens_per_microbatch=8192", "10240 tokens"),
+    C("SEQ003", "dapo_sync", ["model.arch.index_kpool=1"], E, "model.arch.index_kpool", "10240 tokens",
+      "index_topk=2048", "index_kpool=1"),
+    C("SEQ004", "dapo_sync", ["model.arch.index_kpool=3"], E, "model.arch.index_kpool", "index_topk=2048",
+      "index_kpool=3"),
+    C("SEQ005", "tiny_grpo", ["inference.max_model_len=8192"], E, "inference.max_model_len", "max_model_len=8192",
+      "max_position_embeddings=4096"),
+]
+
+
+def _marks(rule: str, bug: str | None = None) -> list:
+    if rule not in RULES:  # a row written ahead of its rule (or left behind by a rename): visible in -ra
+        return [pytest.mark.skip(reason=f"{rule} is not registered in launcher.validate.RULES")]
+    return [pytest.mark.xfail(strict=True, reason=bug)] if bug else []
+
+
+PASSES = sorted({(c.rule, c.base) for c in CASES if not c.bug})
+
+
+def test_every_rule_has_a_failing_and_a_passing_case():
+    failing = {c.rule for c in CASES if not c.bug}
+    passing = {rule for rule, _ in PASSES}
+    assert set(RULES) - failing == set(), "rules without a case that fires them"
+    assert set(RULES) - passing == set(), "rules without a case that passes them"
+    assert {c.base for c in CASES} <= set(BASES)
+
+
+@pytest.mark.parametrize("rule, base", [pytest.param(r, b, id=f"{r}[{b}]", marks=_marks(r)) for r, b in PASSES])
+def test_base_point_passes_rule(point, rule, base):
+    found = point(*BASES[base]).of(rule)
+    assert found == [], f"{base} should not produce {rule}: {found}"
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=_marks(c.rule, c.bug)) for c in CASES])
+def test_overrides_fire_rule(point, case):
+    p = point(*BASES[case.base], *case.breaking)
+    found = p.of(case.rule)
+    assert found, f"{case.rule} did not fire; findings: {[(f.id, f.key) for f in p.findings]}"
+    at_key = [f for f in found if f.key == case.key]
+    assert at_key, f"{case.rule} fired at {[f.key for f in found]}, expected key {case.key}"
+    (finding,) = at_key
+    assert finding.severity == case.severity
+    for value in case.values:
+        text = value(p.plan) if callable(value) else value
+        assert text in finding.message, f"{text!r} not in {finding.message!r}"
+    assert finding.why.strip() and finding.fix.strip()
+
+
+def test_rules_are_pure_and_repeatable(point):
+    """Running the validator twice on the same point gives the same findings (no hidden state)."""
+    from launcher.validate import check
+
+    p = point(*BASES["dapo_sync"], "trainer.mesh.pp=3", "trainer.nccl_timeout_s=600")
+    assert tuple(check(p.cfg, p.plan)) == p.findings
+
+
+def test_all_findings_reported_together_errors_first(point):
+    p = point("recipe=dapo_sync", "trainer.mesh.cp=2", "trainer.use_fused_mhc=true", "inference.router.queue_timeout_s=60",
+              "trainer.nccl_timeout_s=600", "trainer.recompute.num_layers=2")
+    assert {"MESH003", "MHC001", "INF007", "RUN001", "RECOMP003"} <= p.ids
+    severities = [f.severity for f in p.findings]
+    assert severities == sorted(severities, key=lambda s: s != "error")
+
+
+@pytest.mark.parametrize("tp, limit", [(1, 1023), (2, 2047), (4, 4095)])
+def test_kda_grid_limit_per_inference_tp(point, tp, limit):
+    """DOMAIN 4: max_num_seqs x (64 / tp) <= 65535: 1023 at TP1, 2047 at TP2, 4095 at TP4."""
+    engines = 16 // tp
+    at = point("recipe=dapo_sync", f"inference.tp={tp}", f"inference.engines={engines}",
+               f"inference.max_num_seqs={limit}")
+    over = point("recipe=dapo_sync", f"inference.tp={tp}", f"inference.engines={engines}",
+                 f"inference.max_num_seqs={limit + 1}")
+    assert at.of("INF003") == []
+    (finding,) = over.of("INF003")
+    assert f"max_num_seqs={limit + 1}" in finding.message and f"<= {limit}" in finding.fix
+
+
+def test_nccl_timeout_below_recommendation_warns(point):
+    """RUN001 warns between the estimated longest wait and the recommended (2x) timeout."""
+    t = point("recipe=dapo_sync").plan.timing
+    between = (int(t.longest_wait_s) + t.recommended_nccl_timeout_s) // 2
+    assert t.longest_wait_s < between < t.recommended_nccl_timeout_s
+    (finding,) = point("recipe=dapo_sync", f"trainer.nccl_timeout_s={between}").of("RUN001")
+    assert finding.severity == "warning" and f"nccl_timeout_s={between}" in finding.message
+    assert str(t.recommended_nccl_timeout_s) in finding.fix
+
+
+def test_hf_path_with_config_json_passes(point, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert point("recipe=dapo_sync", f"model.hf_path={tmp_path}").of("MODEL003") == []
+
+
+def test_batch_fix_suggests_working_samples_per_prompt(point):
+    (finding,) = point(*BASES["dapo_sync_3nodes"], "algorithm.samples_per_prompt=8").of("BATCH001")
+    assert "12" in finding.fix
+    assert point(*BASES["dapo_sync_3nodes"], "algorithm.samples_per_prompt=12").of("BATCH001") == []
