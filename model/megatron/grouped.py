@@ -7,15 +7,24 @@ tells Megatron's DDP to reduce their grads over that group instead of the dense 
 Shape legend: A assignments sorted by expert, G local experts, I input, O output width.
 """
 import torch
+import torch.nn.functional as F
 from megatron.core import parallel_state as ps
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+ALIGN = 8
+"""torch._grouped_mm needs 16-byte strides: small LoRA ranks are zero-padded to 8 columns."""
 
 
 def grouped_matmul(x_AI: torch.Tensor, weight_GOI: torch.Tensor, counts_G: torch.Tensor) -> torch.Tensor:
     """Row block g of x (counts_G[g] rows) times weight[g]^T."""
     if x_AI.is_cuda:
+        out_f, in_f = weight_GOI.shape[1:]
+        pad_out, pad_in = -out_f % ALIGN, -in_f % ALIGN
+        if pad_out or pad_in:
+            x_AI = F.pad(x_AI, (0, pad_in))
+            weight_GOI = F.pad(weight_GOI, (0, pad_in, 0, pad_out))
         offsets_G = torch.cumsum(counts_G, 0, dtype=torch.int32)
-        return torch._grouped_mm(x_AI, weight_GOI.transpose(-2, -1), offs=offsets_G)
+        return torch._grouped_mm(x_AI, weight_GOI.transpose(-2, -1), offs=offsets_G)[:, :out_f]
     blocks = torch.split(x_AI, counts_G.tolist())
     return torch.cat([block @ weight_GOI[g].T for g, block in enumerate(blocks)])
 

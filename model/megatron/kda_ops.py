@@ -55,11 +55,16 @@ def kda_torch(q_THK, k_THK, v_THV, g_THK, beta_TH, packed: Packed) -> torch.Tens
 
 
 def kda_fla(q_THK, k_THK, v_THV, g_THK, beta_TH, packed: Packed) -> torch.Tensor:
-    """fla's chunked Triton kernel over the packed stream (batch 1 + cu_seqlens)."""
+    """fla's chunked Triton kernel over the packed stream (batch 1 + cu_seqlens).
+
+    A single sequence goes without cu_seqlens: the same kernel specialisation HF uses, so
+    one Triton compile serves both (each specialisation costs minutes of autotuning).
+    """
     from fla.ops.kda import chunk_kda
 
+    cu_seqlens = packed.cu_seqlens.long() if len(packed.bounds) > 1 else None
     out_1THV, _ = chunk_kda(q_THK[None], k_THK[None], v_THV[None], g_THK[None], beta_TH[None],
-                            use_qk_l2norm_in_kernel=True, cu_seqlens=packed.cu_seqlens.long())
+                            use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
     return out_1THV[0]
 
 

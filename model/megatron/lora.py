@@ -17,8 +17,9 @@ from model.megatron.grouped import GroupedLinear, grouped_matmul
 from model.megatron.parallel import ShardedLinear, mark_duplicated
 
 
-def _adapter(shape: tuple[int, ...], dtype, split_dim: int | None, std: float) -> torch.nn.Parameter:
-    param = torch.nn.Parameter(torch.randn(shape, dtype=torch.float32).mul_(std).to(dtype))
+def _adapter(like: torch.Tensor, shape: tuple[int, ...], split_dim: int | None, std: float) -> torch.nn.Parameter:
+    values = torch.randn(shape, dtype=torch.float32, device=like.device).mul_(std)
+    param = torch.nn.Parameter(values.to(like.dtype))
     if split_dim is None:
         return mark_duplicated(param)
     set_tensor_model_parallel_attributes(param, True, split_dim, 1)
@@ -33,9 +34,8 @@ class LoraLinear(torch.nn.Module):
         out_local, in_local = base.weight.shape
         self.mode, self.weight, self.scale = base.mode, base.weight, alpha / rank
         self.weight.requires_grad_(False)
-        dtype = base.weight.dtype
-        self.lora_A = _adapter((rank, in_local), dtype, 1 if base.mode == "row" else None, in_local ** -0.5)
-        self.lora_B = _adapter((out_local, rank), dtype, 0 if base.mode == "column" else None, 0.0)
+        self.lora_A = _adapter(base.weight, (rank, in_local), 1 if base.mode == "row" else None, in_local ** -0.5)
+        self.lora_B = _adapter(base.weight, (out_local, rank), 0 if base.mode == "column" else None, 0.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight) + self.scale * F.linear(F.linear(x, self.lora_A), self.lora_B)
@@ -57,8 +57,9 @@ class LoraGrouped(torch.nn.Module):
         self.weight, self.scale, self.shared = base.weight, alpha / rank, shared
         self.weight.requires_grad_(False)
         lead = () if shared else (experts,)
-        self.lora_A = torch.nn.Parameter(torch.randn(*lead, rank, in_f).mul_(in_f ** -0.5).to(base.weight.dtype))
-        self.lora_B = torch.nn.Parameter(torch.zeros(*lead, out_f, rank, dtype=base.weight.dtype))
+        device, dtype = base.weight.device, base.weight.dtype
+        self.lora_A = torch.nn.Parameter(torch.randn(*lead, rank, in_f, device=device).mul_(in_f ** -0.5).to(dtype))
+        self.lora_B = torch.nn.Parameter(torch.zeros(*lead, out_f, rank, device=device, dtype=dtype))
         for param in (self.lora_A, self.lora_B):
             if shared:
                 mark_duplicated(param)

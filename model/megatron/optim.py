@@ -1,0 +1,53 @@
+"""Megatron's DDP + distributed optimizer around a GlmModel, and one training step.
+
+The grad buffers, the TP sum of duplicated weights' partial grads (finalize_model_grads
+reads the `sequence_parallel` attribute), expert grads reduced over the expert-data-parallel
+group (`allreduce = False`), fp32 master weights and Adam states sharded over DP: all
+megatron-core's. A minimal TransformerConfig carries the mesh for them.
+"""
+from collections.abc import Callable
+
+import torch
+from megatron.core import parallel_state as ps
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from model.megatron.spec import ModelSpec
+
+
+def megatron_config(spec: ModelSpec) -> TransformerConfig:
+    tp = ps.get_tensor_model_parallel_world_size()
+    return TransformerConfig(
+        num_layers=spec.num_hidden_layers, hidden_size=spec.hidden_size, num_attention_heads=spec.num_attention_heads,
+        tensor_model_parallel_size=tp, sequence_parallel=tp > 1,
+        expert_model_parallel_size=ps.get_expert_model_parallel_world_size(),
+        expert_tensor_parallel_size=ps.get_expert_tensor_parallel_world_size(),
+        num_moe_experts=spec.n_routed_experts, moe_ffn_hidden_size=spec.moe_intermediate_size,
+        add_bias_linear=False, bf16=spec.dtype == torch.bfloat16, params_dtype=spec.dtype)
+
+
+def wrap_for_training(model: torch.nn.Module, lr: float, weight_decay: float, grad_clip: float,
+                      cpu_offload: bool = False) -> tuple[DistributedDataParallel, object]:
+    """(ddp_model, optimizer) with the distributed optimizer (fp32 main params and states)."""
+    config = megatron_config(model.spec)
+    ddp_config = DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True)
+    ddp = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+    opt_config = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=weight_decay, clip_grad=grad_clip,
+                                 bf16=config.bf16, params_dtype=model.spec.dtype, use_distributed_optimizer=True,
+                                 optimizer_cpu_offload=cpu_offload)
+    return ddp, get_megatron_optimizer(opt_config, [ddp])
+
+
+def train_step(ddp: DistributedDataParallel, optimizer, micro_losses: list[Callable[[], torch.Tensor]]) -> dict:
+    """Accumulate grads over micro-batch loss closures, sync them, take one optimizer step."""
+    ddp.zero_grad_buffer()
+    optimizer.zero_grad()
+    total = 0.0
+    for loss_fn in micro_losses:
+        loss = loss_fn()
+        loss.backward()
+        total += loss.item()
+    finalize_model_grads([ddp])
+    updated, grad_norm, _ = optimizer.step()
+    return {"loss": total, "grad_norm": float(grad_norm or 0.0), "updated": bool(updated)}
