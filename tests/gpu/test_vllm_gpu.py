@@ -36,7 +36,7 @@ def _hf_model(cfg, seed=3):
 
 def _push_buckets(engine, model, max_bytes=1 << 20):
     from launcher.backends.hf._model import language_state
-    from launcher.backends.vllm.buckets import buckets
+    from launcher.backends.vllm._buckets import buckets
 
     engine.begin_weight_update()
     for bucket in buckets(language_state(model).items(), max_bytes):
@@ -53,7 +53,7 @@ def _hf_logprobs(model, prompt, tokens, temperature):
 
 
 def _engine(cfg, plan, engine_index=0):
-    from launcher.backends.vllm.engine import VllmEngine
+    from launcher.backends.vllm._engine import VllmEngine
 
     return VllmEngine(cfg, plan, eos_id=1, pad_id=0, seed=0, engine_index=engine_index)
 
@@ -87,8 +87,8 @@ def test_ipc_transfer_colocated_updates_the_engine():
     import ray
     from vllm.distributed.weight_transfer.base import ModuleSource
 
-    from launcher.backends.vllm.engine import VllmEngine
-    from launcher.backends.vllm.transfer import trainer_sender
+    from launcher.backends.vllm._engine import VllmEngine
+    from launcher.backends.vllm._transfer import trainer_sender
 
     cfg, plan = _point("recipe=tiny_qwen3_vllm", "inference.sleep_level=1")
     ray.init(num_gpus=1, include_dashboard=False, ignore_reinit_error=True)
@@ -116,8 +116,8 @@ def test_nccl_transfer_async_updates_the_engine():
     import ray
     from vllm.distributed.weight_transfer.base import ModuleSource
 
-    from launcher.backends.vllm.engine import VllmEngine
-    from launcher.backends.vllm.transfer import trainer_sender
+    from launcher.backends.vllm._engine import VllmEngine
+    from launcher.backends.vllm._transfer import trainer_sender
 
     cfg, plan = _point("recipe=tiny_qwen3_vllm", "placement.mode=async", "inference.sleep_level=0")
     with socket.socket() as s:

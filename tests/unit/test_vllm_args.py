@@ -6,9 +6,9 @@ what `plan` printed, on CPU and on GPU clusters alike.
 import pytest
 import torch
 
-from launcher.backends.vllm.args import engine_kwargs, vllm_lora_rank
-from launcher.backends.vllm.buckets import buckets
-from launcher.backends.vllm.transfer import engine_rank_offset
+from launcher.backends.vllm._args import engine_kwargs, vllm_lora_rank
+from launcher.backends.vllm._buckets import buckets
+from launcher.backends.vllm._transfer import engine_rank_offset
 
 
 def _kwargs(point, *overrides, on_cpu=False):

@@ -11,7 +11,7 @@ kernel layouts (the CPU backend does), so a plain `load_weights` on the live mod
 fails. The lifecycle restores checkpoint-format parameters, buffers each layer's
 weights until the layer is complete, then processes and copies them into the kernel
 tensors in place. This path works on any device (the CPU tests use it); on GPUs the
-faster CUDA-IPC and NCCL transfers are vLLM's own weight-transfer engines (transfer.py).
+faster CUDA-IPC and NCCL transfers are vLLM's own weight-transfer engines (_transfer.py).
 """
 import torch
 

@@ -5,9 +5,9 @@ engine maps the trainer's tensors by handle and copies GPU to GPU, never through
 host. Async runs use NCCL ("nccl"): trainer rank 0 broadcasts packed, double-buffered
 chunks to every engine worker, so neither side holds a second full copy. Both stream the
 trainer's HF-named tensors (a vLLM `WeightSource`) and load them through vLLM's
-layerwise reload, as the bucketed path in worker.py does.
+layerwise reload, as the bucketed path in _worker.py does.
 
-Engine side: engines start with weight_transfer_config={"backend": ...} (args.py) and
+Engine side: engines start with weight_transfer_config={"backend": ...} (_args.py) and
 the engine actor exposes transfer_* methods. Trainer side: `trainer_sender(...)` builds
 vLLM's trainer engine once; call `.send_weights()` after every step on every trainer
 rank (rank 0 drives the engines, the others join the gathers).

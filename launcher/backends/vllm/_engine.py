@@ -1,6 +1,6 @@
 """One vLLM engine (tensor parallel inside it): throttled generation, weight updates, sleep/wake.
 
-Plain Python so it can be driven in-process by tests; actor.py puts one per Ray actor.
+Plain Python so it can be driven in-process by tests; __init__.py puts one per Ray actor.
 The engine core runs in the actor's process (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight
 buckets reach the workers through `collective_rpc` without another process hop, and on a
 CPU that is the only mode in which in-process weight reloads work.
@@ -10,10 +10,10 @@ import logging
 import os
 from collections import deque
 
-from launcher.backends.vllm.args import adapter_sync, engine_kwargs
-from launcher.backends.vllm.model_dir import engine_model_dir
-from launcher.backends.vllm.sampling import Generation, sampling_params, to_generation
-from launcher.backends.vllm.transfer import engine_rank_offset
+from launcher.backends.vllm._args import adapter_sync, engine_kwargs
+from launcher.backends.vllm._model_dir import engine_model_dir
+from launcher.backends.vllm._sampling import Generation, sampling_params, to_generation
+from launcher.backends.vllm._transfer import engine_rank_offset
 
 log = logging.getLogger(__name__)
 ALL_TAGS = ("weights", "kv_cache")
@@ -141,7 +141,7 @@ class VllmEngine:
         self._lora = LoRARequest("policy", 1, folder)
         self._updated(version)
 
-    # ---- GPU weight transfer: vLLM's CUDA-IPC / NCCL engines, driven by transfer.py ---------
+    # ---- GPU weight transfer: vLLM's CUDA-IPC / NCCL engines, driven by _transfer.py ---------
 
     def transfer_init(self, init_info: dict) -> None:
         self.llm.init_weight_transfer_engine({"init_info": engine_rank_offset(init_info, self.engine_index, self.tp)})

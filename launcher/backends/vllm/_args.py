@@ -4,7 +4,7 @@ Every number an engine starts with comes from the plan or the config, so what `p
 printed is what runs: max_num_seqs, max_model_len, the memory budget, TP/EP, LoRA rank and
 targets, sleep mode. Kept free of vllm so it is unit-tested in the project's main venv.
 """
-from launcher.backends.vllm.transfer import transfer_backend
+from launcher.backends.vllm._transfer import transfer_backend
 from launcher.plan import Plan
 from launcher.schema.root import LauncherConfig
 
@@ -13,7 +13,7 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # The smallest KV cache a CPU engine gets: vLLM needs room for at least one full block
 # per sequence, and the tiny recipes' planned cache is a few hundred KiB.
 _MIN_CPU_CACHE_BYTES = 32 << 20
-WORKER_EXTENSION = "launcher.backends.vllm.worker.WeightSyncExtension"
+WORKER_EXTENSION = "launcher.backends.vllm._worker.WeightSyncExtension"
 
 
 def vllm_lora_rank(rank: int) -> int:
@@ -34,7 +34,7 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
 
     On a CPU, vLLM reads gpu_memory_utilization as a share of the whole host's RAM, so
     the planned cache size is passed in bytes instead; sleep mode and the CUDA-IPC/NCCL
-    weight transfers do not exist there (weights arrive in buckets, worker.py).
+    weight transfers do not exist there (weights arrive in buckets, _worker.py).
     """
     inf = cfg.inference
     colocated = cfg.placement.mode.value == "colocated"
@@ -52,7 +52,7 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
         max_num_seqs=inf.max_num_seqs,
         max_model_len=inf.max_model_len,
         seed=seed,
-        # Tempered log-probs of the sampled tokens: what the trainer recomputes (see sampling.py).
+        # Tempered log-probs of the sampled tokens: what the trainer recomputes (see _sampling.py).
         logprobs_mode="processed_logprobs",
         worker_extension_cls=WORKER_EXTENSION,
     )
