@@ -2,6 +2,7 @@
 import json
 
 from launcher.errors import Finding
+from launcher.secrets import mask_secrets
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -30,5 +31,5 @@ def findings_json(findings: list[Finding], plan: dict | None) -> str:
         "findings": [f.to_dict() for f in sort_findings(findings)],
     }
     if plan is not None:
-        payload["plan"] = plan
+        payload["plan"] = mask_secrets(plan)
     return json.dumps(payload, indent=2)

@@ -6,6 +6,7 @@ the validator reports why, the plan still carries every value that could be deri
 from dataclasses import dataclass
 
 from launcher.plan._origin import Origins
+from launcher.plan.placement import node_counts
 from launcher.schema.root import LauncherConfig
 
 VOCAB_PAD_MULTIPLE = 128  # Megatron's make-vocab-size-divisible-by default
@@ -28,18 +29,9 @@ class MeshPlan:
     ok: bool
 
 
-def _trainer_gpus(cfg: LauncherConfig) -> int:
-    cluster, placement = cfg.cluster, cfg.placement
-    if placement.mode.value == "async":
-        nodes = placement.trainer_nodes or max(cluster.nodes - (placement.inference_nodes or 1), 0)
-    else:
-        nodes = placement.trainer_nodes or cluster.nodes
-    return nodes * cluster.gpus_per_node
-
-
 def plan_mesh(cfg: LauncherConfig, log: Origins) -> MeshPlan:
     m, arch = cfg.trainer.mesh, cfg.model.arch
-    world = _trainer_gpus(cfg)
+    world = node_counts(cfg)[0] * cfg.cluster.gpus_per_node
     log.add("mesh.world", world, f"{world} trainer GPUs from placement {cfg.placement.mode.value} "
             f"on {cfg.cluster.nodes} node(s) x {cfg.cluster.gpus_per_node}")
     etp = m.etp if m.etp is not None else m.tp

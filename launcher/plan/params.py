@@ -56,7 +56,7 @@ def mla_split(a: ArchConfig) -> Split:
 
 def indexer_params(a: ArchConfig) -> int:
     h, ihd = a.hidden_size, a.index_head_dim
-    pool = a.index_kpool * ihd + ihd * h if a.index_kpool > 1 else 0  # pool position emb + compress gate
+    pool = a.index_kpool * ihd + ihd * h  # pool position embedding + compress gate (HF builds them for any kpool)
     return pool + a.index_n_heads * ihd * a.q_lora_rank + ihd * h + 2 * ihd + a.index_n_heads * h
 
 
@@ -76,17 +76,17 @@ def mlp_split(a: ArchConfig, kind: str) -> Split:
 
 
 def mhc_params(a: ArchConfig) -> int:
+    """HF builds both hyper-connection modules for any hc_mult, 1 included."""
     n = a.hc_mult
-    if n <= 1:
-        return 0
     return 2 * ((2 + n) * n * n * a.hidden_size + (2 + n) * n + 3)
 
 
-def attention_split(a: ArchConfig, kind: str) -> Split:
+def attention_split(a: ArchConfig, kind: str, indexer: str) -> Split:
+    """`indexer` is the layer's indexer_types entry: a `shared` DSA layer reuses an earlier top-k."""
     if kind == KDA:
         return kda_split(a)
     if kind == DSA:
-        return mla_split(a) + Split(rep=indexer_params(a))
+        return mla_split(a) + Split(rep=indexer_params(a) if indexer == "full" else 0)
     return gqa_split(a)
 
 
@@ -108,8 +108,9 @@ def _count_params(a: ArchConfig) -> ParamCounts:
     head = 0 if a.tie_word_embeddings else embed
     comps = {"embedding": embed, "lm_head": head, "final_norm": h}
     split = Split(tp=embed + head, rep=h)
-    for kind in f.layer_types:
-        s = attention_split(a, kind)
+    indexers = a.indexer_types or ["full"] * a.num_hidden_layers
+    for kind, indexer in zip(f.layer_types, indexers, strict=False):
+        s = attention_split(a, kind, indexer)
         comps[f"attention.{kind}"] = comps.get(f"attention.{kind}", 0) + s.total
         split = split + s
     for kind in f.mlp_layer_types:
@@ -120,7 +121,7 @@ def _count_params(a: ArchConfig) -> ParamCounts:
             comps["mlp.routed_experts"] = comps.get("mlp.routed_experts", 0) + s.exp
         split = split + s
     per_layer_rep = 2 * h + mhc_params(a)
-    comps["norms"] = 2 * h * a.num_hidden_layers + h
+    comps["norms"] = 2 * h * a.num_hidden_layers
     comps["mhc"] = mhc_params(a) * a.num_hidden_layers
     split = split + Split(rep=per_layer_rep * a.num_hidden_layers)
     expert_one = 3 * h * a.moe_intermediate_size

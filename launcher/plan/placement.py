@@ -38,17 +38,27 @@ def _engines(slots: list[GpuSlot], engines: int, tp: int) -> list[list[GpuSlot]]
     return [slots[j * tp:(j + 1) * tp] for j in range(engines) if (j + 1) * tp <= len(slots)]
 
 
+def node_counts(cfg: LauncherConfig) -> tuple[int, int]:
+    """(trainer nodes, inference nodes) with the defaults of placement.*_nodes resolved.
+    Colocated: both are the trainer's nodes. Async: 1 inference node, the rest train."""
+    c, p = cfg.cluster, cfg.placement
+    if p.mode.value == "async":
+        n_inf = 1 if p.inference_nodes is None else p.inference_nodes
+        n_train = max(c.nodes - n_inf, 0) if p.trainer_nodes is None else p.trainer_nodes
+        return n_train, n_inf
+    n_train = c.nodes if p.trainer_nodes is None else p.trainer_nodes
+    return n_train, n_train
+
+
 def plan_placement(cfg: LauncherConfig, log: Origins) -> PlacementPlan:
     c, p, inf = cfg.cluster, cfg.placement, cfg.inference
     gpn = c.gpus_per_node
+    n_train, n_inf = node_counts(cfg)
     if p.mode.value == "async":
-        n_inf = p.inference_nodes or 1
-        n_train = p.trainer_nodes or max(c.nodes - n_inf, 0)
         train_nodes = list(range(n_train))
         inf_nodes = list(range(n_train, n_train + n_inf))
         needed = (n_train + n_inf) * gpn
     else:
-        n_train = p.trainer_nodes or c.nodes
         train_nodes = inf_nodes = list(range(n_train))
         needed = n_train * gpn
     log.add("placement.trainer_nodes", train_nodes, f"placement.mode={p.mode.value}")

@@ -164,17 +164,14 @@ def test_secret_masked_in_plan_text_and_run_files(cli, tmp_path):
     assert "WANDB_API_KEY" in (tmp_path / "tiny_grpo" / "plan.json").read_text()  # the key is kept, masked
 
 
-LEAKS = "plan.env in --format json output is not masked (launcher/cli/commands.py passes plan.to_dict() unmasked)"
 
 
-@pytest.mark.xfail(strict=True, reason=LEAKS)
 def test_secret_masked_in_validate_json(cli):
     out = cli("validate", "recipe=tiny_grpo", f"+env.WANDB_API_KEY={SECRET}", "--format", "json")
     assert out.returncode == 0
     assert SECRET not in out.stdout + out.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=LEAKS)
 def test_secret_masked_in_plan_json(cli, tmp_path):
     out = cli("plan", "recipe=tiny_grpo", f"+env.WANDB_API_KEY={SECRET}", "--format", "json",
               f"run.output_dir={tmp_path}")

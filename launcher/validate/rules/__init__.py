@@ -1,2 +1,12 @@
 """Rule modules, one per area; importing them registers their rules."""
-from launcher.validate.rules import algorithm, inference, lora, memory, mesh, model, recompute, runtime, sequence  # noqa: F401
+from launcher.validate.rules import (  # noqa: F401
+    algorithm,
+    inference,
+    lora,
+    memory,
+    mesh,
+    model,
+    recompute,
+    runtime,
+    sequence,
+)

@@ -108,8 +108,9 @@ def run_lengths(cfg, plan):
     if cfg.run.steps < 1:
         yield error("ALGO006", "run.steps", f"run.steps={cfg.run.steps}", "A run needs at least one step.",
                     "Set run.steps >= 1.")
-    if cfg.checkpoint.keep < 1 or cfg.checkpoint.every_steps < 0:
-        yield error("ALGO006", "checkpoint.keep",
-                    f"checkpoint.keep={cfg.checkpoint.keep}, every_steps={cfg.checkpoint.every_steps}",
-                    "At least the last checkpoint is kept so a run can resume.",
-                    "Use keep >= 1 and every_steps >= 0.")
+    if cfg.checkpoint.keep < 1:
+        yield error("ALGO006", "checkpoint.keep", f"checkpoint.keep={cfg.checkpoint.keep}",
+                    "At least the last checkpoint is kept so a run can resume.", "Set checkpoint.keep >= 1.")
+    if cfg.checkpoint.every_steps < 0:
+        yield error("ALGO006", "checkpoint.every_steps", f"checkpoint.every_steps={cfg.checkpoint.every_steps}",
+                    "It is a step interval; 0 means only the final checkpoint.", "Set checkpoint.every_steps >= 0.")

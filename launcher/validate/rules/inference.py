@@ -77,12 +77,12 @@ def router_queue(cfg, plan):
     """The router queue exceeds the engines' total concurrency."""
     inf = cfg.inference
     fanout = inf.concurrency_per_engine * inf.engines
-    if fanout > inf.router.queue_size:
+    if fanout >= inf.router.queue_size:
         yield error("INF006", "inference.router.queue_size",
                     f"concurrency_per_engine {inf.concurrency_per_engine} x {inf.engines} engines = {fanout} "
-                    f"> router.queue_size {inf.router.queue_size}",
+                    f">= router.queue_size {inf.router.queue_size}",
                     "Requests beyond the queue are dropped (a queue of 100 dropped requests in practice).",
-                    f"Set inference.router.queue_size >= {fanout}.")
+                    f"Set inference.router.queue_size > {fanout} (recipes use 8192).")
 
 
 @rule("INF007")

@@ -44,12 +44,15 @@ def experts_in_vllm_targets(cfg, plan):
 @rule("LORA004")
 def untargetable(cfg, plan):
     """f_b_proj and g_b_proj cannot be LoRA targets."""
-    bad = [t for t in cfg.trainer.lora.targets if t in NOT_TARGETABLE]
-    bad += [t for t in cfg.inference.lora_targets if t in NOT_TARGETABLE]
-    if cfg.trainer.lora.rank > 0 and bad:
-        yield error("LORA004", "trainer.lora.targets", f"LoRA targets {sorted(set(bad))}",
-                    "These KDA projections are non-contiguous views in vLLM's LoRA kernel.",
-                    "Remove f_b_proj and g_b_proj from trainer.lora.targets and inference.lora_targets.")
+    if cfg.trainer.lora.rank <= 0:
+        return
+    for key, targets in (("trainer.lora.targets", cfg.trainer.lora.targets),
+                         ("inference.lora_targets", cfg.inference.lora_targets)):
+        bad = [t for t in targets if t in NOT_TARGETABLE]
+        if bad:
+            yield error("LORA004", key, f"{key} includes {bad}",
+                        "These KDA projections are non-contiguous views in vLLM's LoRA kernel.",
+                        f"Remove {bad} from {key}.")
 
 
 @rule("LORA005")

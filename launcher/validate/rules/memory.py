@@ -18,7 +18,7 @@ def trainer_fits(cfg, plan):
     fix = ("Full fine-tuning needs ~18 B/param; use LoRA (trainer.lora.rank > 0) or more GPUs with a larger "
            "expert grid (e.g. 64 x B200, tp 4, ep 32, etp 2)." if full else
            "Raise ep/tp, enable optimizer.cpu_offload, recompute more, or lower max_tokens_per_microbatch.")
-    yield error("MEM001", "trainer.lora.rank" if full else "trainer.mesh",
+    yield error("MEM001", "trainer.lora.rank" if full else "trainer.mesh.ep",
                 f"trainer needs {_fmt(tm.total_gib)} per GPU, {cfg.cluster.gpu.name} has {_fmt(cap)}", why, fix)
 
 

@@ -36,11 +36,14 @@ def hf_path_exists(cfg, plan):
 
 @rule("MODEL004")
 def layer_schedules(cfg, plan):
-    """layer_types and mlp_layer_types have one known entry per layer."""
+    """layer_types, mlp_layer_types and indexer_types have one known entry per layer."""
     a = cfg.model.arch
     f = plan.arch
-    for name, values, known in (("layer_types", f.layer_types, (KDA, DSA, "full_attention")),
-                                ("mlp_layer_types", f.mlp_layer_types, ("dense", "sparse"))):
+    schedules = [("layer_types", f.layer_types, (KDA, DSA, "full_attention")),
+                 ("mlp_layer_types", f.mlp_layer_types, ("dense", "sparse"))]
+    if a.indexer_types is not None:
+        schedules.append(("indexer_types", tuple(a.indexer_types), ("full", "shared")))
+    for name, values, known in schedules:
         if len(values) != a.num_hidden_layers or not set(values) <= set(known):
             yield error("MODEL004", f"model.arch.{name}",
                         f"model.arch.{name} has {len(values)} entries {sorted(set(values))} for "

@@ -41,7 +41,8 @@ def selective_num_layers(cfg, plan):
 @rule("RECOMP004")
 def known_modules(cfg, plan):
     """Selective modules are names megatron-core knows."""
-    unknown = [m for m in cfg.trainer.recompute.modules if m not in SELECTIVE_MODULES + ("mhc",)]
+    known = SELECTIVE_MODULES + (("mhc",) if plan.arch.has_mhc else ())  # RECOMP002 explains `mhc` with mHC
+    unknown = [m for m in cfg.trainer.recompute.modules if m not in known]
     if unknown:
         yield error("RECOMP004", "trainer.recompute.modules", f"unknown recompute modules {unknown}",
                     "megatron-core 0.19.2 rejects unknown selective-recompute module names.",

@@ -35,14 +35,16 @@ def merged_sync_over_network(cfg, plan):
 
 
 @rule("PLACE001")
-def async_nodes(cfg, plan):
-    """Async trainer and inference nodes fit in the cluster, disjoint."""
+def node_split(cfg, plan):
+    """Trainer and inference node counts are >= 1 and, async, fit the cluster disjoint."""
     p, c = cfg.placement, cfg.cluster
+    n_train, n_inf = len(plan.placement.trainer_nodes), len(plan.placement.inference_nodes)
     if p.mode.value != "async":
+        if n_train < 1:
+            yield error("PLACE001", "placement.trainer_nodes", f"placement.trainer_nodes={p.trainer_nodes}",
+                        "The trainer needs at least one node.", "Set placement.trainer_nodes >= 1 or null (all nodes).")
         return
-    n_inf = p.inference_nodes or 1
-    n_train = p.trainer_nodes if p.trainer_nodes is not None else c.nodes - n_inf
-    if n_train < 1 or n_train + n_inf > c.nodes:
+    if n_train < 1 or n_inf < 1 or n_train + n_inf > c.nodes:
         yield error("PLACE001", "placement.trainer_nodes",
                     f"async placement needs trainer_nodes {n_train} + inference_nodes {n_inf} <= {c.nodes} nodes, "
                     "each >= 1",
