@@ -54,11 +54,6 @@ def test_expert_parallel_follows_inference_ep(point):
     assert _kwargs(point, "recipe=dapo_sync", "inference.ep=1")["enable_expert_parallel"] is False
 
 
-def test_sleep_level_2_with_adapter_sync_is_refused(point):
-    with pytest.raises(ValueError, match="sleep_level=1"):
-        _kwargs(point, "recipe=dapo_sync", "inference.sleep_level=2")
-
-
 @pytest.mark.parametrize(("rank", "allowed"), [(1, 1), (4, 8), (64, 64), (300, 320), (512, 512)])
 def test_lora_rank_rounds_up_to_a_vllm_rank(rank, allowed):
     assert vllm_lora_rank(rank) == allowed

@@ -38,9 +38,6 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
     """
     inf = cfg.inference
     colocated = cfg.placement.mode.value == "colocated"
-    if adapter_sync(cfg) and colocated and inf.sleep_level == 2 and not on_cpu:
-        raise ValueError("inference.sleep_level=2 discards the engine's base weights while it sleeps, and adapter "
-                         "sync (trainer.lora.merge=false) never sends them again; use sleep_level=1")
     kwargs = dict(
         model=model_path,
         # Prompts arrive as token ids from the driver's tokenizer; engines never tokenize.

@@ -1,6 +1,7 @@
 """One vLLM engine (tensor parallel inside it): throttled generation, weight updates, sleep/wake.
 
-Plain Python so it can be driven in-process by tests; __init__.py puts one per Ray actor.
+Plain Python so it can be driven in-process by tests; _actor.py wraps it in the
+InferenceBackend Protocol, one per Ray actor.
 The engine core runs in the actor's process (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight
 buckets reach the workers through `collective_rpc` without another process hop, and on a
 CPU that is the only mode in which in-process weight reloads work.
@@ -10,9 +11,10 @@ import logging
 import os
 from collections import deque
 
+from launcher.backends.protocols import Generation, GenerationRequest
 from launcher.backends.vllm._args import adapter_sync, engine_kwargs
 from launcher.backends.vllm._model_dir import engine_model_dir
-from launcher.backends.vllm._sampling import Generation, sampling_params, to_generation
+from launcher.backends.vllm._sampling import tokens_and_logprobs, vllm_sampling_params
 from launcher.backends.vllm._transfer import engine_rank_offset
 
 log = logging.getLogger(__name__)
@@ -35,61 +37,69 @@ class VllmEngine:
         from vllm.platforms import current_platform
 
         self.on_cpu = current_platform.is_cpu()
-        self.algorithm = cfg.algorithm
         self.eos_id = eos_id
         self.concurrency = cfg.inference.concurrency_per_engine
         self.engine_index, self.tp = engine_index, cfg.inference.tp
         self.adapter_sync = adapter_sync(cfg)
-        colocated = cfg.placement.mode.value == "colocated"
-        self.sleep_level = cfg.inference.sleep_level if colocated else 0
-        if self.sleep_level and self.on_cpu:
-            log.info("vllm: sleep_level=%d skipped: vLLM has no sleep mode on CPU; the engine stays resident",
-                     self.sleep_level)
-            self.sleep_level = 0
         kwargs = engine_kwargs(cfg, plan, engine_model_dir(cfg.model, pad_id, eos_id), on_cpu=self.on_cpu, seed=seed)
+        self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
         self.llm = LLM(**kwargs)
-        self.version = -1
+        self.version = 0
+        self.has_weights = True
+        """False after a level-2 sleep until merged weights (or an adapter's base) arrive."""
         self._asleep: set[str] = set()
+        self._told_no_sleep = False
         self._lora = None
         self._request_ids = itertools.count()
 
     # ---- generation -------------------------------------------------------------------------
 
-    def generate(self, prompts: list[list[int]], seed: int, max_tokens: int | None = None) -> list[Generation]:
-        """One response per prompt (repeat a prompt for a group); request i is seeded seed + i.
+    def generate(self, request: GenerationRequest) -> Generation:
+        """One response per prompt (a group repeats its prompt); sequence i is seeded seed + i.
 
         At most concurrency_per_engine requests are inside vLLM at once; the next is added
         as soon as one finishes, so the engine stays full without an unbounded queue.
         """
         if self._asleep:
-            raise RuntimeError("vllm engine is asleep; call wake() before generate()")
+            raise RuntimeError(f"vllm engine {self.engine_index} was asked to generate while asleep; wake() first")
         from vllm.inputs import TokensPrompt
 
         engine = self.llm.llm_engine
-        pending = deque(enumerate(prompts))
+        pending = deque(enumerate(request.prompts))
         in_flight: dict[str, int] = {}
-        results: list[Generation | None] = [None] * len(prompts)
+        results: list[tuple | None] = [None] * len(request.prompts)
         while pending or in_flight:
             while pending and len(in_flight) < self.concurrency:
                 row, prompt = pending.popleft()
                 request_id = f"r{next(self._request_ids)}"
                 engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(prompt)),
-                                   sampling_params(self.algorithm, self.eos_id, seed + row, max_tokens),
+                                   vllm_sampling_params(request.sampling, self.eos_id, request.seed + row),
                                    lora_request=self._lora)
                 in_flight[request_id] = row
             for output in engine.step():
                 if output.finished:
-                    results[in_flight.pop(output.request_id)] = to_generation(output.outputs[0])
-        return results
+                    results[in_flight.pop(output.request_id)] = tokens_and_logprobs(output.outputs[0])
+        tokens, logprobs, finished = (list(column) for column in zip(*results, strict=True))
+        return Generation(tokens=tokens, logprobs=logprobs, finished=finished, policy_version=self.version)
 
     # ---- colocation -------------------------------------------------------------------------
 
-    def sleep(self) -> None:
+    def sleep(self, level: int) -> None:
         """Free the GPU for training: level 1 keeps weights in host RAM, level 2 drops them."""
-        if not self.sleep_level or self._asleep:
+        if level == 0 or self._asleep:
             return
-        self.llm.sleep(level=self.sleep_level)
+        if self.on_cpu:
+            if not self._told_no_sleep:
+                log.warning("vllm engine %d: sleep level %d skipped (and from now on): vLLM has no sleep mode on "
+                            "CPU; the engine stays resident", self.engine_index, level)
+                self._told_no_sleep = True
+            return
+        if not self.sleep_enabled:
+            raise RuntimeError(f"vllm engine {self.engine_index} was started without sleep mode (async placement "
+                               "or inference.sleep_level=0) and was asked to sleep")
+        self.llm.sleep(level=level)
         self._asleep = set(ALL_TAGS)
+        self.has_weights = level < 2
 
     def wake(self) -> None:
         if not self._asleep:
@@ -108,6 +118,7 @@ class VllmEngine:
     # ---- merged weight sync (bucketed, any device) ------------------------------------------
 
     def begin_weight_update(self) -> None:
+        """Merged weights follow (every parameter, in buckets); they also restore a level-2 sleep."""
         self._wake_weights()
         self.llm.collective_rpc("begin_weight_reload")
 
@@ -117,6 +128,7 @@ class VllmEngine:
 
     def finish_weight_update(self, version: int) -> None:
         self.llm.collective_rpc("finish_weight_reload")
+        self.has_weights = True
         self._updated(version)
 
     def _updated(self, version: int) -> None:
@@ -134,6 +146,9 @@ class VllmEngine:
         """
         if not self.adapter_sync:
             raise RuntimeError("engine started without LoRA (trainer.lora.merge is true); sync merged weights instead")
+        if not self.has_weights:
+            raise RuntimeError(f"vllm engine {self.engine_index} dropped its weights (sleep level 2) and got only an "
+                               "adapter; send the base with it (export_weights(with_base=True))")
         from vllm.lora.request import LoRARequest
 
         self._wake_weights()
@@ -155,6 +170,7 @@ class VllmEngine:
 
     def transfer_finish(self, weight_version: str | None) -> None:
         self.llm.finish_weight_update()
+        self.has_weights = True
         self._updated(int(weight_version) if weight_version is not None else self.version + 1)
 
     def transfer_shutdown(self) -> None:

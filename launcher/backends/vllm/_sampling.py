@@ -1,4 +1,4 @@
-"""Sampling parameters from `algorithm:` and the conversion of vLLM outputs to token/logprob lists.
+"""vLLM sampling parameters for one request, and the conversion of its output.
 
 Log-probs: engines run with logprobs_mode="processed_logprobs", so the log-prob of each
 sampled token is taken from softmax(logits / temperature) after top-p masking: the
@@ -7,27 +7,18 @@ the tempered log-prob the trainer recomputes; with top_p < 1 it is higher by the
 the kept probability mass, which is the correct behaviour-policy value for importance
 sampling.
 """
-from dataclasses import dataclass
 
 
-@dataclass
-class Generation:
-    tokens: list[int]
-    logprobs: list[float]
-    """Log-prob of each sampled token (same length as tokens)."""
-    finished: bool
-    """True when EOS ended the response; False when max_response_len cut it."""
-
-
-def sampling_params(algorithm, eos_id: int, seed: int, max_tokens: int | None = None):
-    """One request's SamplingParams; each request gets its own seed so a group's samples differ."""
+def vllm_sampling_params(sampling, eos_id: int, seed: int):
+    """`sampling` is the Protocol's SamplingParams (max_tokens, temperature, top_p from
+    `algorithm:`); each request gets its own seed so the samples of a group differ."""
     from vllm import SamplingParams
 
     return SamplingParams(
         n=1,
-        temperature=algorithm.temperature,
-        top_p=algorithm.top_p,
-        max_tokens=max_tokens or algorithm.max_response_len,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
         # Engines skip tokenizer init, so vLLM does not know EOS: stop on the project's id.
         stop_token_ids=[eos_id],
         logprobs=0,
@@ -36,8 +27,9 @@ def sampling_params(algorithm, eos_id: int, seed: int, max_tokens: int | None = 
     )
 
 
-def to_generation(completion) -> Generation:
-    """A vLLM CompletionOutput (logprobs=0: one dict per token holding the sampled token)."""
+def tokens_and_logprobs(completion) -> tuple[list[int], list[float], bool]:
+    """(tokens up to and including EOS, log-prob of each, ended by EOS) of a CompletionOutput
+    requested with logprobs=0 (one dict per step holding the sampled token)."""
     tokens = list(completion.token_ids)
     logprobs = [step[token].logprob for step, token in zip(completion.logprobs, tokens, strict=True)]
-    return Generation(tokens=tokens, logprobs=logprobs, finished=completion.finish_reason == "stop")
+    return tokens, logprobs, completion.finish_reason == "stop"
