@@ -76,7 +76,18 @@ def log(stage: str, value) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {stage}: {json.dumps(value)}", flush=True)
 
 
-def run(model_name: str, seq_len: int, iters: int, perturb: bool) -> dict:
+def top_kernels(step, count: int = 15) -> dict[str, float]:
+    """CUDA time per kernel name over one step (ms), the largest first: where the step goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)[:count]
+    return {e.key[:90]: round(e.device_time_total / 1e3, 2) for e in events}
+
+
+def run(model_name: str, seq_len: int, iters: int, perturb: bool, profile: bool) -> dict:
     device = init_distributed()
     cfg = compose([f"model={model_name}"]).config
     plan = make_plan(compose([f"model={model_name}", "cluster=h200x1", "trainer.backend=megatron"]).config)
@@ -120,6 +131,8 @@ def run(model_name: str, seq_len: int, iters: int, perturb: bool) -> dict:
                        "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
     out["speedup_vs_hf"] = hf_s / meg_s
     log("megatron", out["megatron"])
+    if profile:
+        out["megatron_top_kernels_ms"] = top_kernels(partial(train_step, meg, meg_loss, ids_T, single))
     meg.zero_grad(set_to_none=True)
     torch.cuda.empty_cache()
     out["lora"] = lora_check(meg, ids_T, single, a_values, want_dB, cfg.model.arch.num_experts_per_tok, iters)
@@ -155,9 +168,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--profile", action="store_true", help="per-kernel CUDA time of one Megatron step")
     parser.add_argument("--perturb", action="store_true", help="move mHC base and k-pool weights off HF's constants")
     args = parser.parse_args()
-    result = run(args.model, args.tokens, args.iters, args.perturb)
+    result = run(args.model, args.tokens, args.iters, args.perturb, args.profile)
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:

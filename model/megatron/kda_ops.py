@@ -12,18 +12,18 @@ from model.megatron.packing import Packed
 
 
 def causal_conv_silu(x_TC: torch.Tensor, weight_CK: torch.Tensor, packed: Packed) -> torch.Tensor:
-    """Depthwise causal conv + SiLU that never reads across a sequence start.
+    """Depthwise causal conv + SiLU per sequence, in the weight's dtype (fp32).
 
-    Computed in the weight's dtype (fp32), as HF does; out[t] = sum_j w[K-1-j] * x[t-j].
+    The same F.conv1d call HF makes (cuDNN, TF32 where PyTorch allows it), one sequence at
+    a time so no tap reads across a sequence start; bitwise HF's result for one sequence.
     """
-    kernel = weight_CK.shape[1]
-    x_TC = x_TC.to(weight_CK.dtype)
-    out_TC = x_TC * weight_CK[:, kernel - 1]
-    for shift in range(1, kernel):
-        shifted_TC = F.pad(x_TC, (0, 0, shift, 0))[: x_TC.shape[0]]
-        keep_T1 = (packed.position_T >= shift).unsqueeze(-1)
-        out_TC = out_TC + shifted_TC * keep_T1 * weight_CK[:, kernel - 1 - shift]
-    return F.silu(out_TC)
+    kernel, channels = weight_CK.shape[1], weight_CK.shape[0]
+    outs = []
+    for start, end in packed.bounds:
+        seq_1CS = x_TC[start:end].to(weight_CK.dtype).T.unsqueeze(0)
+        out_CS = F.conv1d(seq_1CS, weight_CK.unsqueeze(1), padding=kernel - 1, groups=channels)[0, :, : end - start]
+        outs.append(out_CS.T)
+    return F.silu(torch.cat(outs))
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:

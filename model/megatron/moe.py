@@ -6,7 +6,8 @@ scaling HF glm5_next does). Expert parallelism: tokens (and their routing) are a
 over the expert-model-parallel group (EP x ETP ranks); each rank runs its own experts (its
 ETP slice of their width) on the tokens routed to them, and a reduce-scatter sums the
 partial outputs back to each rank's tokens. This is Megatron's all-gather dispatcher
-scheme: exact for any EP/ETP, simpler than all-to-all, more traffic at large EP.
+scheme: exact for any EP/ETP, simpler than all-to-all, more traffic at large EP. The top-k
+expert outputs are summed in fp32 and rounded once (as HF's grouped_mm path does).
 Shape legend: T tokens, A token-expert assignments, K top-k, E local experts, D hidden.
 """
 import torch
@@ -50,7 +51,7 @@ class RoutedExperts(torch.nn.Module):
         counts_E = torch.bincount(expert_A, minlength=self.local_experts)
         hidden_AF = clamped_swiglu(self.linear_fc1(x_TD[token_A], counts_E), self.limit)
         out_AD = self.linear_fc2(hidden_AF, counts_E) * prob_A.unsqueeze(-1)
-        return torch.zeros_like(x_TD).index_add_(0, token_A, out_AD.to(x_TD.dtype))
+        return torch.zeros(x_TD.shape, dtype=out_AD.dtype, device=x_TD.device).index_add_(0, token_A, out_AD)
 
 
 class MoE(torch.nn.Module):
@@ -80,4 +81,4 @@ class MoE(torch.nn.Module):
             routed_TD = self.experts(gather(x_TlD, group=group), gather(probs_TK, group=group),
                                      gather(experts_TK, group=group))
             routed_TD = reduce_scatter_to_sequence_parallel_region(routed_TD, group=group)
-        return routed_TD + self.shared_experts(x_TlD)
+        return routed_TD.to(x_TlD.dtype) + self.shared_experts(x_TlD)
