@@ -1,0 +1,42 @@
+"""The one registry form: `@REG.register("name")`; duplicates raise, a miss lists known names.
+
+Backends, algorithms and tasks all register under short names so core code looks them
+up by the config's value and never imports an implementation by name.
+"""
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class UnknownNameError(LookupError):
+    """A name that nothing registered; the message lists the names that are."""
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str, discover: Callable[[], None] | None = None):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._discover = discover
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def add(item: T) -> T:
+            if name in self._items:
+                raise ValueError(f"{self.kind} {name!r} is registered twice ({self._items[name]!r} and {item!r})")
+            self._items[name] = item
+            return item
+
+        return add
+
+    def get(self, name: str) -> T:
+        if name not in self._items and self._discover is not None:
+            self._discover()
+        if name not in self._items:
+            known = ", ".join(sorted(self._items)) or "none"
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; known: {known}")
+        return self._items[name]
+
+    def names(self) -> list[str]:
+        if self._discover is not None:
+            self._discover()
+        return sorted(self._items)

@@ -1,0 +1,90 @@
+"""LoRA for the hf backends through peft: targets, merged export and adapter export.
+
+Recipes name targets the Megatron way (the GLM-5.3-Flash recipes are written for it);
+this maps them to the HF module names. Routed experts are fused 3-D parameters in HF's
+glm5_next, which peft's Linear LoRA cannot wrap, so the hf backend adapts everything
+else (attention, KDA, dense and shared-expert MLPs).
+"""
+import re
+
+import torch
+
+MEGATRON_TO_HF = {
+    "linear_q_down_proj": ["q_a_proj"],
+    "linear_q_up_proj": ["q_b_proj"],
+    "linear_kv_down_proj": ["kv_a_proj_with_mqa"],
+    "linear_kv_up_proj": ["kv_b_proj"],
+    "linear_proj": ["o_proj"],
+    "linear_fc1": ["gate_proj", "up_proj"],
+    "linear_fc2": ["down_proj"],
+}
+ADAPTER_NAME = "default"
+
+
+def lora_kwargs(lora_cfg) -> dict:
+    """peft LoraConfig arguments for `trainer.lora` (plain data: it is shipped to engines)."""
+    names = sorted({hf for t in lora_cfg.targets for hf in MEGATRON_TO_HF.get(t, [t])})
+    if not names:
+        raise ValueError("trainer.lora.rank > 0 needs trainer.lora.targets (e.g. [linear_proj, linear_fc1, q_proj])")
+    # A regex so the frozen vision tower never gets adapters.
+    pattern = r".*(language_model|model\.layers)\..*\.(" + "|".join(map(re.escape, names)) + r")$"
+    return {"r": lora_cfg.rank, "lora_alpha": lora_cfg.alpha, "target_modules": pattern, "lora_dropout": 0.0}
+
+
+def wrap(model: torch.nn.Module, kwargs: dict) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(**kwargs))
+
+
+def _base_name(peft_name: str) -> str:
+    return peft_name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+
+
+def merged_state(peft_model, skip_prefix: str, with_delta: bool = True) -> dict[str, torch.Tensor]:
+    """Base weights with W + scale * B @ A folded in (unless not `with_delta`), under the
+    plain model's names.
+
+    Computed functionally (peft's merge/unmerge would add and subtract the delta in place,
+    drifting the frozen base in floating point and breaking exact resumption).
+    """
+    from peft.tuners.lora import LoraLayer
+
+    deltas = {}
+    for name, module in peft_model.named_modules():
+        if with_delta and isinstance(module, LoraLayer) and ADAPTER_NAME in module.lora_A:
+            deltas[_base_name(name) + ".weight"] = module.get_delta_weight(ADAPTER_NAME)
+    out = {}
+    for name, tensor in peft_model.state_dict().items():
+        if "lora_" in name:
+            continue
+        base = _base_name(name)
+        if base.startswith(skip_prefix):
+            continue
+        out[base] = (tensor + deltas[base]).detach().clone() if base in deltas else tensor.detach().clone()
+    return out
+
+
+def adapter_state(peft_model) -> dict[str, torch.Tensor]:
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
+
+
+def load_adapter(peft_model, tensors: dict[str, torch.Tensor]) -> None:
+    from peft import set_peft_model_state_dict
+
+    result = set_peft_model_state_dict(peft_model, tensors)
+    unexpected = [k for k in result.unexpected_keys if "lora_" in k]
+    if unexpected:
+        raise ValueError(f"adapter tensors the engine's model does not have: {unexpected[:5]}")
+
+
+def to_peft_names(base_model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Plain parameter names -> the wrapped model's (`...q_proj.weight` -> `...q_proj.base_layer.weight`)."""
+    have = set(base_model.state_dict())
+    out = {}
+    for name, tensor in tensors.items():
+        wrapped = name.rsplit(".", 1)[0] + ".base_layer." + name.rsplit(".", 1)[1]
+        out[wrapped if wrapped in have and name not in have else name] = tensor
+    return out

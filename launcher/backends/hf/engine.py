@@ -1,0 +1,84 @@
+"""The `hf` inference engine: seeded sampling with per-token log-probs, weight updates from
+the trainer (merged weights or a LoRA adapter), and sleep/wake for colocation.
+
+Sleep level 1 moves the weights to host RAM (a no-op when the device is the CPU); level 2
+drops them, and the next weight update brings them back. Generating while asleep is an error.
+"""
+import os
+
+import torch
+
+from launcher.backends.hf import _lora
+from launcher.backends.hf._model import build_model
+from launcher.backends.hf._sampling import sample
+from launcher.backends.protocols import Generation, GenerationRequest, WeightUpdate
+from launcher.backends.registry import ENGINES
+from launcher.rl.tokenizer import make_tokenizer
+
+
+@ENGINES.register("hf")
+class HfEngine:
+    def __init__(self, config, engine_index: int):
+        if "OMP_NUM_THREADS" in os.environ:
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        if config.inference.tp != 1:
+            raise ValueError(f"inference.tp={config.inference.tp}: the hf engine runs on one device; use tp 1 "
+                             "or the vllm backend")
+        self.index = engine_index
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        tok = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size)
+        self.eos_id, self.pad_id = tok.eos_id, tok.pad_id
+        self.model = build_model(config.model, tok.pad_id, config.run.seed).to(self.device).eval()
+        self.version = 0
+        self.asleep_level = 0
+        self.has_weights = True
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        if self.asleep_level:
+            raise RuntimeError(f"engine {self.index} was asked to generate while asleep (level {self.asleep_level})")
+        results = sample(self.model, request.prompts, request.sampling, self.eos_id, self.pad_id, request.seed)
+        return Generation(tokens=[r.tokens for r in results], logprobs=[r.logprobs for r in results],
+                          finished=[r.finished for r in results], policy_version=self.version)
+
+    def update_weights(self, update: WeightUpdate) -> None:
+        if not self.has_weights:
+            if update.adapter is not None and update.base is None:
+                raise RuntimeError(f"engine {self.index} dropped its weights (sleep level 2) and got only an "
+                                   "adapter; send the base with it (export_weights(with_base=True))")
+            self.model.to_empty(device="cpu" if self.asleep_level else self.device)
+        if update.base is not None:
+            self._load_full(update.base)
+        if update.adapter is None:
+            self._load_full(update.tensors)
+        else:
+            if not hasattr(self.model, "peft_config"):
+                self.model = _lora.wrap(self.model, update.adapter).eval()
+            _lora.load_adapter(self.model, update.tensors)
+        self.has_weights = True
+        self.version = update.version
+
+    def _load_full(self, tensors: dict[str, torch.Tensor]) -> None:
+        target = self.model.get_base_model() if hasattr(self.model, "peft_config") else self.model
+        if hasattr(self.model, "peft_config"):
+            tensors = _lora.to_peft_names(target, tensors)
+        result = target.load_state_dict(tensors, strict=False)
+        if result.unexpected_keys:
+            raise ValueError(f"weights the engine's model does not have: {result.unexpected_keys[:5]}")
+
+    def sleep(self, level: int) -> None:
+        if level >= 1 and self.device.type == "cuda":
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+        if level >= 2:
+            self.model.to_empty(device="meta")
+            self.has_weights = False
+        self.asleep_level = level
+
+    def wake(self) -> None:
+        if not self.has_weights:
+            raise RuntimeError(f"engine {self.index} woke from sleep level 2 without a weight update")
+        self.model.to(self.device)
+        self.asleep_level = 0

@@ -1,0 +1,204 @@
+"""The `hf` trainer rank: a transformers model trained with torch, gloo/NCCL data parallel.
+
+Gradients are summed over ranks (not averaged): each rank's loss is already divided by
+the whole mini-batch's normaliser (grpo.token_weights), so the sum is the exact
+single-process gradient whatever the split of sequences over ranks.
+"""
+import copy
+import os
+import random
+import socket
+
+import torch
+import torch.distributed as dist
+
+from launcher.backends.hf import _lora
+from launcher.backends.hf._batch import grid, micro_batches, ungrid
+from launcher.backends.hf._compute import logits_of, target_logprobs
+from launcher.backends.hf._model import VISION_PREFIX, build_model, language_state
+from launcher.backends.protocols import TrainShard, WeightUpdate
+from launcher.backends.registry import TRAINERS
+from launcher.rl.algorithm import LossInputs, make_algorithm
+from launcher.rl.grpo import IS_WEIGHT_CAP, token_weights
+from launcher.rl.tokenizer import make_tokenizer
+
+
+def _threads_from_env() -> None:
+    if "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+@TRAINERS.register("hf")
+class HfTrainer:
+    def __init__(self, config, rank: int, world: int):
+        _threads_from_env()
+        self.cfg, self.rank, self.world = config, rank, world
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.pad_id = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size).pad_id
+        model = build_model(config.model, self.pad_id, config.run.seed)
+        self.lora = _lora.lora_kwargs(config.trainer.lora) if config.trainer.lora.rank > 0 else None
+        # Full fine-tuning keeps a frozen copy as the KL reference; LoRA disables its adapters.
+        self.ref = copy.deepcopy(model).eval() if config.algorithm.kl_coef > 0 and self.lora is None else None
+        self.model = (_lora.wrap(model, self.lora) if self.lora else model).to(self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = config.trainer.optimizer
+        self.optimizer = torch.optim.AdamW(self.params, lr=opt.lr, weight_decay=opt.weight_decay)
+        self.algorithm = make_algorithm(config.algorithm)
+        self.temperature = config.algorithm.temperature
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def master_address(self) -> tuple[str, int]:
+        """This rank's address and a free port, for rank 0 to host the process group."""
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            return ray.util.get_node_ip_address(), sock.getsockname()[1]
+
+    def init_distributed(self, master_addr: str, master_port: int) -> None:
+        if self.world == 1:
+            return
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
+                                rank=self.rank, world_size=self.world)
+        for param in self.model.parameters():
+            dist.broadcast(param.data, src=0)
+
+    def _forward(self, model, mb, with_entropy: bool):
+        logits_BTV = logits_of(model, mb.ids_BT.to(self.device))
+        return target_logprobs(logits_BTV, mb.ids_BT.to(self.device), self.temperature, with_entropy)
+
+    @torch.no_grad()
+    def logprobs(self, shard: TrainShard) -> list[list[float]]:
+        self.model.eval()
+        out: list[list[float]] = [[] for _ in shard.sequences]
+        for mb in micro_batches(shard.sequences, shard.prompt_lens, self.pad_id, self._budget()):
+            logp_BT, _ = self._forward(self.model, mb, with_entropy=False)
+            for r, values in zip(mb.rows, ungrid(logp_BT.cpu(), mb, shard.prompt_lens, shard.sequences), strict=True):
+                out[r] = values
+        return out
+
+    def _budget(self) -> int:
+        return self.cfg.trainer.max_tokens_per_microbatch
+
+    @torch.no_grad()
+    def _ref_logprobs(self, mb) -> torch.Tensor:
+        if self.ref is not None:
+            return self._forward(self.ref, mb, with_entropy=False)[0]
+        with self.model.disable_adapter():
+            return self._forward(self.model, mb, with_entropy=False)[0]
+
+    def _micro_loss(self, shard: TrainShard, mb) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        logp_BT, entropy_BT = self._forward(self.model, mb, with_entropy=True)
+        if not self.algorithm.entropy_coef:
+            entropy_BT = entropy_BT.detach()
+        dev = self.device
+        old_BT = grid(shard.old_logprobs, mb, shard.prompt_lens).to(dev) if shard.old_logprobs else logp_BT.detach()
+        is_weight_BT = torch.ones_like(logp_BT)
+        if shard.rollout_logprobs is not None:
+            rollout_BT = grid(shard.rollout_logprobs, mb, shard.prompt_lens).to(dev)
+            is_weight_BT = torch.exp(old_BT - rollout_BT).clamp(max=IS_WEIGHT_CAP)
+        mask_BT = mb.mask_BT.to(dev)
+        inputs = LossInputs(
+            logp_BT=logp_BT, old_logp_BT=old_BT,
+            adv_B=torch.tensor([shard.advantages[r] for r in mb.rows], device=dev),
+            mask_BT=mask_BT, entropy_BT=entropy_BT, is_weight_BT=is_weight_BT * mask_BT,
+            weight_BT=token_weights(mask_BT, self.algorithm.loss_agg, shard.tokens_in_mini_batch,
+                                    shard.seqs_in_mini_batch),
+            ref_logp_BT=self._ref_logprobs(mb) if self.algorithm.kl_coef > 0 else None,
+        )
+        loss, stats = self.algorithm.loss(inputs)
+        stats["is_weight"] = (is_weight_BT * mask_BT).sum().detach()
+        return loss, stats
+
+    def train_step(self, shard: TrainShard) -> dict[str, float]:
+        """One optimizer step on this rank's share of a mini-batch; returns summed statistics."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=False)
+        sums = {"loss": 0.0, "tokens": 0.0}
+        for mb in micro_batches(shard.sequences, shard.prompt_lens, self.pad_id, self._budget()):
+            loss, stats = self._micro_loss(shard, mb)
+            loss.backward()
+            sums["loss"] += float(loss.detach())
+            sums["tokens"] += float(mb.mask_BT.sum())
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        self._all_reduce_grads()
+        sums["grad_norm"] = float(self._clip())
+        self.optimizer.step()
+        return sums
+
+    def _all_reduce_grads(self) -> None:
+        for param in self.params:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+        if self.world == 1:
+            return
+        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for param in self.params:
+            param.grad.copy_(flat[offset: offset + param.numel()].view_as(param))
+            offset += param.numel()
+
+    def _clip(self) -> torch.Tensor:
+        max_norm = self.cfg.trainer.optimizer.grad_clip
+        return torch.nn.utils.clip_grad_norm_(self.params, max_norm if max_norm > 0 else float("inf"))
+
+    def export_weights(self, version: int, with_base: bool) -> WeightUpdate:
+        """Weights for the engines: merged model, or adapter (+ base when `with_base`)."""
+        if self.lora is None:
+            return WeightUpdate(version, _to_cpu(language_state(self.model)))
+        if self.cfg.trainer.lora.merge:
+            return WeightUpdate(version, _to_cpu(_lora.merged_state(self.model, VISION_PREFIX)))
+        base = _to_cpu(_lora.merged_state(self.model, VISION_PREFIX, with_delta=False)) if with_base else None
+        return WeightUpdate(version, _to_cpu(_lora.adapter_state(self.model)), adapter=self.lora, base=base)
+
+    def save_checkpoint(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+        if self.rank == 0:
+            weights = _lora.adapter_state(self.model) if self.lora else language_state(self.model)
+            torch.save(_to_cpu(weights), os.path.join(path, "model.pt"))
+            torch.save(self.optimizer.state_dict(), os.path.join(path, "optimizer.pt"))
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()},
+                   os.path.join(path, f"rng_rank{self.rank}.pt"))
+
+    def load_checkpoint(self, path: str) -> None:
+        weights = torch.load(os.path.join(path, "model.pt"), map_location=self.device)
+        if self.lora:
+            _lora.load_adapter(self.model, weights)
+        else:
+            missing = [k for k in self.model.load_state_dict(weights, strict=False).missing_keys
+                       if not k.startswith(VISION_PREFIX)]
+            if missing:
+                raise ValueError(f"checkpoint {path} lacks weights {missing[:5]}")
+        self.optimizer.load_state_dict(torch.load(os.path.join(path, "optimizer.pt"), map_location=self.device))
+        rng_file = os.path.join(path, f"rng_rank{self.rank}.pt")
+        if os.path.exists(rng_file):
+            rng = torch.load(rng_file, weights_only=False)
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+
+    def offload(self) -> None:
+        """Colocation: free the device for the engines (a no-op when the device is the CPU)."""
+        self._move(torch.device("cpu"))
+
+    def onload(self) -> None:
+        self._move(self.device)
+
+    def _move(self, device: torch.device) -> None:
+        if self.device.type == "cpu":
+            return
+        self.model.to(device)
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if torch.is_tensor(value):
+                    state[key] = value.to(device)
+        if device.type == "cpu":
+            torch.cuda.empty_cache()
+
+
+def _to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu") for k, v in tensors.items()}

@@ -1,0 +1,106 @@
+"""launch(): Ray session -> placement -> actor groups -> resume -> loop -> teardown.
+
+Exit codes: 0 done, 3 the run failed (an actor died, a backend raised, a checkpoint could
+not be resumed), 130 interrupted (Ctrl-C or SIGTERM). In every case Ray is shut down
+before returning, so no Ray process of the run outlives it.
+"""
+import contextlib
+import json
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from launcher.orchestrate.cluster import gpu_resource, ray_session
+from launcher.orchestrate.groups import ActorDiedError, EngineGroup, TrainerGroup
+from launcher.orchestrate.placement import Placement
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 3, 130
+PLACEMENT_TIMEOUT_S = 120.0
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt in the driver, so the same teardown path runs."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _build_runtime(config, plan, run_dir: Path, trainers, engines, ckpt, resume_from):
+    from launcher.rl.algorithm import make_algorithm
+    from launcher.rl.checkpoint import DriverState, load_driver_state
+    from launcher.rl.data import PromptStream
+    from launcher.rl.metrics import StepLogger
+    from launcher.rl.runtime import Runtime
+    from launcher.rl.tokenizer import make_tokenizer
+
+    state = load_driver_state(resume_from) if resume_from else DriverState()
+    tokenizer = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size)
+    logger = StepLogger(run_dir, config.logging, config.run, state.step, plan.to_dict())
+    return Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
+                   tokenizer=tokenizer, stream=PromptStream(config.data, config.run.seed, tokenizer),
+                   algorithm=make_algorithm(config.algorithm), logger=logger, checkpointer=ckpt, state=state,
+                   last_checkpoint=resume_from)
+
+
+def _start_groups(config, plan, run_dir: Path, embedded: bool):
+    from launcher.backends import engine_class, trainer_class
+
+    placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(embedded), embedded)
+    placement.ready(PLACEMENT_TIMEOUT_S)
+    trainers = TrainerGroup(trainer_class(config.trainer.backend.value), config, plan, placement)
+    engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement)
+    trainers.start()
+    engines.wait_ready()
+    (run_dir / "actors.json").write_text(json.dumps(trainers.info + engines.info, indent=2))
+    return trainers, engines
+
+
+def _run(config, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
+    from launcher.rl.loops import LOOPS
+
+    with ray_session(config, plan.env) as embedded:
+        trainers, engines = _start_groups(config, plan, run_dir, embedded)
+        rt = _build_runtime(config, plan, run_dir, trainers, engines, ckpt, resume_from)
+        try:
+            if resume_from:
+                trainers.call("load_checkpoint", str(resume_from / "trainer"))
+                sys.stdout.write(f"resumed from {resume_from} (step {rt.state.step})\n")
+            rt.sync_weights(with_base=True, wait=True)
+            LOOPS.get(plan.placement.mode)(rt)
+        finally:
+            curves = rt.logger.close()
+        if curves is not None:
+            sys.stdout.write(f"wrote {curves}\n")
+        return rt.last_checkpoint
+
+
+def launch(composed, plan, run_dir) -> int:
+    from launcher.rl.checkpoint import Checkpointer, ResumeError, checkpoint_root, resolve_resume
+
+    config, run_dir = composed.config, Path(run_dir)
+    ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,
+                        config.run.steps)
+    with _sigterm_as_interrupt():
+        try:
+            resume_from = resolve_resume(config.run.resume, ckpt)
+            last = _run(config, plan, run_dir, ckpt, resume_from)
+        except KeyboardInterrupt:
+            sys.stderr.write(f"interrupted; Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
+            return EXIT_INTERRUPTED
+        except (ActorDiedError, ResumeError) as err:
+            sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
+            return EXIT_RUN_FAILED
+        except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown
+            traceback.print_exc()
+            sys.stderr.write(f"run failed (traceback above). Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
+            return EXIT_RUN_FAILED
+    sys.stdout.write(f"done: {config.run.steps} steps in {run_dir}; last checkpoint {last}\n")
+    return EXIT_OK

@@ -1,0 +1,93 @@
+"""The synchronous colocated loop: engines and trainer ranks take turns on the same GPUs.
+
+Per step: offload trainer -> wake engines -> generate (DAPO: drop groups without reward
+variance and generate again, up to max_regenerations) -> engines sleep -> onload trainer
+-> advantages and train -> push weights -> checkpoint -> one log line.
+"""
+import sys
+import time
+
+import ray
+import torch
+from tqdm import tqdm
+
+from launcher.rl.rollout import chunk_seed, groups_per_chunk, make_chunks, sampling_params, score_group, split_generation
+from launcher.rl.runtime import Runtime, generation_summary
+from launcher.rl.train import train_on_groups
+
+
+def _generate_round(rt: Runtime, step: int, round_index: int, n_prompts: int, bar) -> list:
+    """Generate and score n_prompts new groups; returns (round, group index, Group) tuples."""
+    alg, G = rt.config.algorithm, rt.config.algorithm.samples_per_prompt
+    problems = rt.stream.take(rt.state.data_position, n_prompts)
+    rt.state.data_position += n_prompts
+    prompt_ids = [rt.tokenizer.encode(p.prompt) for p in problems]
+    per_chunk = groups_per_chunk(rt.config.inference.concurrency_per_engine, G, n_prompts, len(rt.engines))
+    seed = rt.config.run.seed
+    chunks = make_chunks(prompt_ids, G, per_chunk, sampling_params(alg),
+                         lambda c: chunk_seed(seed, step, round_index, c))
+    pending = {rt.engines.submit(req, c): members for c, (members, req) in enumerate(chunks)}
+    scored = []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        members = pending.pop(done[0])
+        gen = rt.engines.result(done[0])
+        for g, rows in split_generation(members, gen, G):
+            group = score_group(problems[g], prompt_ids[g], gen, rows, rt.stream.task, rt.tokenizer, rt.algorithm)
+            scored.append((round_index, g, group))
+        bar.update(len(members) * G)
+    return scored
+
+
+def collect_groups(rt: Runtime, step: int) -> tuple[list, dict]:
+    """The step's training groups (in a deterministic order) and generation statistics."""
+    alg = rt.config.algorithm
+    wanted, kept, seen, rounds = alg.prompts_per_step, [], [], 0
+    started = time.monotonic()
+    bar = tqdm(total=wanted * alg.samples_per_prompt, desc=f"step {step} generate", unit="seq", leave=False,
+               disable=not sys.stderr.isatty())
+    while True:
+        scored = _generate_round(rt, step, rounds, wanted - len(kept), bar)
+        seen += [s[2] for s in scored]
+        kept += [s for s in scored if rt.algorithm.keep_group(torch.tensor(s[2].rewards))]
+        rounds += 1
+        if len(kept) >= wanted or rounds > alg.dynamic_sampling.max_regenerations:
+            break
+        bar.total += (wanted - len(kept)) * alg.samples_per_prompt
+    bar.close()
+    kept.sort(key=lambda s: (s[0], s[1]))
+    stats = generation_summary(seen, time.monotonic() - started)
+    stats.update(groups_kept=min(len(kept), wanted), regenerations=rounds - 1)
+    return [s[2] for s in kept[:wanted]], stats
+
+
+def run_sync(rt: Runtime) -> None:
+    cfg = rt.config
+    level = cfg.inference.sleep_level
+    while rt.state.step < cfg.run.steps:
+        step = rt.state.step + 1
+        t0 = time.monotonic()
+        if level:
+            rt.trainers.call("offload")
+            rt.engines.call("wake")
+        groups, gen = collect_groups(rt, step)
+        if level:
+            rt.engines.call("sleep", level)
+            rt.trainers.call("onload")
+        t1 = time.monotonic()
+        train = train_on_groups(rt.trainers, groups, cfg.algorithm, rt.algorithm, False) if groups else {}
+        t2 = time.monotonic()
+        rt.state.policy_version += 1
+        sync_s = rt.sync_weights(with_base=level >= 2, wait=True)
+        rt.state.step = step
+        rt.maybe_checkpoint()
+        step_s = time.monotonic() - t0
+        rt.logger.log(_step_metrics(step, gen, train, t1 - t0, t2 - t1, sync_s, step_s, rt))
+
+
+def _step_metrics(step, gen, train, rollout_s, train_s, sync_s, step_s, rt) -> dict:
+    kl = train.get("kl_ref", train.get("ppo_kl", 0.0))
+    return {"step": step, **gen, **train, "kl": kl, "rollout_s": rollout_s, "train_s": train_s, "sync_s": sync_s,
+            "step_s": step_s, "other_s": step_s - gen["gen_s"] - train_s,
+            "tokens_per_s": gen["generated_tokens"] / max(step_s, 1e-9),
+            "policy_version": rt.state.policy_version, "data_position": rt.state.data_position}

@@ -1,0 +1,79 @@
+"""Per-step metrics: one fixed-format console line, metrics.jsonl, and wandb when configured.
+
+Timing keys end in `_s`; they are the only values that differ between two runs with the
+same seed (the resume test compares everything else).
+"""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from launcher.rl.plot import write_curves
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def console_line(m: dict) -> str:
+    line = (f"step {m['step']:>4}/{m['steps']} | reward {m['reward']:.3f} acc {m['accuracy']:.2f} | "
+            f"kl {m.get('kl', 0.0):.4f} ent {m.get('entropy', 0.0):.3f} | len {m['response_len']:.1f} | "
+            f"rollout {m['rollout_s']:.2f}s train {m['train_s']:.2f}s sync {m['sync_s']:.2f}s | "
+            f"{m['tokens_per_s']:.0f} tok/s | eta {_fmt_duration(m['eta_s'])}")
+    if "staleness_max" in m:
+        line += f" | stale {m['staleness_mean']:.1f}/{m['staleness_max']}"
+    return line
+
+
+class StepLogger:
+    def __init__(self, run_dir: Path, logging_cfg, run_cfg, start_step: int, config_dict: dict):
+        self.run_dir, self.total = Path(run_dir), run_cfg.steps
+        self.backends = {getattr(b, "value", b) for b in logging_cfg.backends}
+        self.start_step, self.started = start_step, time.monotonic()
+        self.metrics_file = self.run_dir / METRICS_FILE
+        self._truncate_after(start_step)
+        self.wandb = self._init_wandb(logging_cfg.wandb, run_cfg.name, config_dict) if "wandb" in self.backends else None
+
+    def _truncate_after(self, step: int) -> None:
+        """On resume, forget steps past the checkpoint: they are about to be redone."""
+        if not self.metrics_file.exists():
+            return
+        lines = self.metrics_file.read_text().splitlines()
+        kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= step]
+        self.metrics_file.write_text("".join(ln + "\n" for ln in kept))
+
+    def _init_wandb(self, wandb_cfg, name: str, config_dict: dict):
+        import wandb
+
+        mode = getattr(wandb_cfg.mode, "value", wandb_cfg.mode)
+        if mode == "online" and not os.environ.get("WANDB_API_KEY"):
+            sys.stderr.write("wandb: no WANDB_API_KEY, logging offline (sync later with `wandb sync`)\n")
+            mode = "offline"
+        return wandb.init(project=wandb_cfg.project, entity=wandb_cfg.entity, mode=mode, name=name,
+                          dir=str(self.run_dir), config=config_dict, resume="allow")
+
+    def eta_s(self, step: int) -> float:
+        done = step - self.start_step
+        per_step = (time.monotonic() - self.started) / max(done, 1)
+        return per_step * (self.total - step)
+
+    def log(self, metrics: dict) -> None:
+        metrics = {"steps": self.total, **metrics, "eta_s": self.eta_s(metrics["step"])}
+        if "console" in self.backends:
+            sys.stdout.write(console_line(metrics) + "\n")
+            sys.stdout.flush()
+        if "jsonl" in self.backends:
+            with self.metrics_file.open("a") as f:
+                f.write(json.dumps(metrics) + "\n")
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=metrics["step"])
+
+    def close(self) -> Path | None:
+        if self.wandb is not None:
+            self.wandb.finish()
+            self.wandb = None
+        return write_curves(self.metrics_file, self.run_dir / "curves.png")

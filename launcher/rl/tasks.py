@@ -1,0 +1,66 @@
+"""Tasks by name (`data.task`): how a response is scored and, for synthetic tasks, the problems.
+
+Synthetic problems are a pure function of (seed, index), so a data position is one integer
+and a resumed run sees exactly the problems an uninterrupted one would.
+"""
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from launcher._registry import Registry
+from launcher.rl import rewards
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    score: Callable[[str, str], tuple[float, bool]]
+    """(response text, reference answer) -> (reward, exactly correct)."""
+    generate: Callable[[int, int], Problem] | None = None
+    """(seed, index) -> problem, for tasks that need no data file."""
+
+
+TASKS: Registry[Task] = Registry("task")
+
+
+def _add(task: Task) -> None:
+    TASKS.register(task.name)(task)
+
+
+# Two digits keep the tiny recipes' sequences short (under 10 tokens) while leaving
+# 10 + 100 distinct strings: the model must read the prompt, not memorise one answer.
+_MIN_DIGITS, _MAX_DIGITS = 1, 2
+
+
+def _digits(seed: int, index: int) -> str:
+    rng = random.Random(f"{seed}:{index}")
+    return "".join(rng.choice("0123456789") for _ in range(rng.randint(_MIN_DIGITS, _MAX_DIGITS)))
+
+
+def _copy(seed: int, index: int) -> Problem:
+    s = _digits(seed, index)
+    return Problem(prompt=f"c{s}=", answer=s)
+
+
+def _reverse(seed: int, index: int) -> Problem:
+    s = _digits(seed, index)
+    return Problem(prompt=f"r{s}=", answer=s[::-1])
+
+
+def _add_digits(seed: int, index: int) -> Problem:
+    rng = random.Random(f"{seed}:{index}")
+    a, b = rng.randint(0, 9), rng.randint(0, 9)
+    return Problem(prompt=f"{a}+{b}=", answer=str(a + b))
+
+
+_add(Task("gsm8k", rewards.score_gsm8k))
+_add(Task("dapo_math", rewards.score_dapo_math))
+_add(Task("synthetic_copy", rewards.score_exact_chars, _copy))
+_add(Task("synthetic_reverse", rewards.score_exact_chars, _reverse))
+_add(Task("synthetic_add", rewards.score_exact_chars, _add_digits))

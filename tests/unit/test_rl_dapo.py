@@ -1,0 +1,39 @@
+"""DAPO's dynamic sampling filter and soft overlong penalty by hand."""
+import pytest
+import torch
+
+from launcher.compose import compose
+from launcher.rl.algorithm import make_algorithm
+from launcher.rl.dapo import has_signal, overlong_penalty_B
+
+
+def test_overlong_penalty_is_linear_inside_the_buffer():
+    # max 10, buffer 4: free up to 6, then -1/4 per token, -1 at 10
+    lengths_B = torch.tensor([3, 6, 7, 8, 10])
+    assert overlong_penalty_B(lengths_B, 10, 4, 1.0).tolist() == pytest.approx([0, 0, -0.25, -0.5, -1.0])
+
+
+def test_overlong_penalty_scales_and_turns_off():
+    assert overlong_penalty_B(torch.tensor([10]), 10, 4, 0.5).tolist() == [-0.5]
+    assert overlong_penalty_B(torch.tensor([10]), 10, 0, 1.0).tolist() == [0.0]
+
+
+def test_groups_with_identical_rewards_have_no_signal():
+    assert not has_signal(torch.tensor([1.0, 1.0, 1.0]))
+    assert not has_signal(torch.tensor([0.0, 0.0]))
+    assert has_signal(torch.tensor([0.0, 0.5, 0.0]))
+
+
+def test_dapo_from_recipe_filters_and_shapes():
+    cfg = compose(["recipe=tiny_dapo_async", "algorithm.overlong.buffer_len=1"]).config
+    dapo = make_algorithm(cfg.algorithm)
+    assert not dapo.keep_group(torch.tensor([1.0, 1.0]))
+    assert dapo.keep_group(torch.tensor([1.0, 0.0]))
+    # max_response_len 2, buffer 1: a 2-token response loses the whole penalty (1.0)
+    assert dapo.shape_rewards(torch.tensor([1.0, 1.0]), torch.tensor([1, 2])).tolist() == [1.0, 0.0]
+
+
+def test_grpo_keeps_every_group_and_leaves_rewards_alone():
+    grpo = make_algorithm(compose([]).config.algorithm)
+    assert grpo.keep_group(torch.tensor([1.0, 1.0]))
+    assert grpo.shape_rewards(torch.tensor([1.0]), torch.tensor([99])).tolist() == [1.0]
