@@ -1,0 +1,73 @@
+"""Build the Megatron GLM-5.3-Flash for a trainer rank: parallel state, model, weights, LoRA,
+optimizer (Megatron DDP + distributed optimizer on GPU; torch AdamW on a CPU world of one,
+where Megatron's grad buffers cannot live).
+"""
+import glob
+import os
+
+import torch
+from megatron.core import parallel_state as ps
+from safetensors import safe_open
+
+from model.megatron.build import build_model, init_parallel, rank_key
+from model.megatron.init import init_weights
+from model.megatron.lora import apply_lora
+from model.megatron.mapping import LM
+from model.megatron.optim import wrap_for_training
+from model.megatron.spec import ModelSpec
+from model.megatron.weights import load_hf_state
+
+
+def resolved_mesh(mesh) -> tuple[int, int, int]:
+    """(tp, ep, etp); etp null means Megatron's default, tp."""
+    return mesh.tp, mesh.ep, mesh.etp if mesh.etp is not None else mesh.tp
+
+
+def read_hf_checkpoint(path: str) -> dict[str, torch.Tensor]:
+    """Language-model tensors of a local HF checkpoint folder (*.safetensors), on the CPU."""
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"model.hf_path={path}: no *.safetensors files there")
+    state = {}
+    for file in files:
+        with safe_open(file, framework="pt") as reader:
+            for name in reader.keys():
+                if name.startswith(LM) or name == "lm_head.weight":
+                    state[name] = reader.get_tensor(name)
+    return state
+
+
+def build_rank_model(config, device: torch.device):
+    """This rank's model with weights (checkpoint or HF-rule random init) and LoRA if asked."""
+    if config.trainer.mesh.pp != 1 or config.trainer.mesh.cp != 1:
+        raise ValueError("the megatron backend runs pp=1, cp=1 (mHC forbids PP, KDA has no CP path)")
+    init_parallel(*resolved_mesh(config.trainer.mesh))
+    spec = ModelSpec.from_arch(config.model.arch, config.model.dtype)
+    recompute = config.trainer.recompute.granularity.value != "none"
+    model = build_model(spec, device, recompute_layers=recompute)
+    if config.model.hf_path:
+        load_hf_state(model, read_hf_checkpoint(config.model.hf_path))
+    else:
+        init_weights(model, config.run.seed, rank_key())
+    lora = config.trainer.lora
+    if lora.rank > 0:
+        torch.manual_seed(config.run.seed + rank_key())
+        apply_lora(model, list(lora.targets), lora.rank, lora.alpha, lora.share_expert_adapters,
+                   lora.normalize_moe_lora, config.model.arch.num_experts_per_tok)
+    return model
+
+
+def build_optimizer(model, config, device: torch.device):
+    """(model to call, optimizer, uses_megatron_ddp)."""
+    opt = config.trainer.optimizer
+    if device.type == "cuda":
+        ddp, optimizer = wrap_for_training(model, opt.lr, opt.weight_decay, opt.grad_clip, opt.cpu_offload)
+        return ddp, optimizer, True
+    if torch.distributed.get_world_size() > 1:
+        raise ValueError("the megatron backend on CPU runs one rank only (Megatron's grad buffers need CUDA)")
+    params = [p for p in model.parameters() if p.requires_grad]
+    return model, torch.optim.AdamW(params, lr=opt.lr, weight_decay=opt.weight_decay), False
+
+
+def data_parallel_size() -> int:
+    return ps.get_data_parallel_world_size()

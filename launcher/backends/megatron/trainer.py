@@ -1,0 +1,183 @@
+"""The `megatron` trainer rank: GLM-5.3-Flash on megatron-core (model/megatron), packed
+micro-batches, the same RL losses as the hf trainer.
+
+Ranks of one TP group receive the same TrainShard (the TrainerGroup deals shards per
+data-parallel rank). Each rank's loss is already divided by the whole mini-batch's
+normaliser, so it is multiplied by the DP size before backward: Megatron's DDP averages
+over DP, which then yields the sum the losses are built for (as the hf trainer's sum).
+export_weights, save_checkpoint and load_checkpoint gather or scatter shards: with more
+than one model-parallel rank they must be called on every rank.
+"""
+import os
+
+import torch
+import torch.distributed as dist
+from megatron.core.distributed import finalize_model_grads
+
+from launcher.backends.hf._batch import grid, ungrid
+from launcher.backends.hf._lora import lora_kwargs
+from launcher.backends.megatron import _model
+from launcher.backends.megatron._export import adapter_tensors
+from launcher.backends.megatron._pack import pack_shard
+from launcher.backends.megatron._state import DeviceMover, lora_disabled
+from launcher.backends.protocols import TrainShard, WeightUpdate
+from launcher.backends.registry import TRAINERS
+from launcher.rl.algorithm import LossInputs, make_algorithm
+from launcher.rl.grpo import IS_WEIGHT_CAP, token_weights
+from launcher.rl.tokenizer import make_tokenizer
+from model.megatron import token_logprobs
+from model.megatron.entropy import token_entropy
+from model.megatron.parallel import tp_size
+from model.megatron.weights import export_hf_state
+
+
+@TRAINERS.register("megatron")
+class MegatronTrainer:
+    def __init__(self, config, rank: int, world: int):
+        self.cfg, self.rank, self.world = config, rank, world
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.pad_id = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size).pad_id
+        self.algorithm = make_algorithm(config.algorithm)
+        self.temperature = config.algorithm.temperature
+        self.lora = lora_kwargs(config.trainer.lora) if config.trainer.lora.rank > 0 else None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def master_address(self) -> tuple[str, int]:
+        import socket
+
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            return ray.util.get_node_ip_address(), sock.getsockname()[1]
+
+    def init_distributed(self, master_addr: str, master_port: int) -> None:
+        """Process group, Megatron's TP/EP groups, the model and its optimizer."""
+        if not dist.is_initialized():
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
+                                    world_size=self.world)
+        self.model = _model.build_rank_model(self.cfg, self.device)
+        self.ref = None
+        if self.algorithm.kl_coef > 0 and self.lora is None:
+            self.ref = _model.build_rank_model(self.cfg, self.device).eval()
+            self.ref.load_state_dict(self.model.state_dict())
+        self.runner, self.optimizer, self.megatron_ddp = _model.build_optimizer(self.model, self.cfg, self.device)
+        self.dp = _model.data_parallel_size()
+        self.mover = DeviceMover(self.model, *((self.runner, self.optimizer) if self.megatron_ddp else ()))
+
+    def _batches(self, shard: TrainShard):
+        return pack_shard(shard.sequences, shard.prompt_lens, self.pad_id, self.cfg.trainer.max_tokens_per_microbatch,
+                          tp_size(), self.device)
+
+    def _logp_grid(self, model, batch, with_entropy: bool):
+        logits_TVl = model(batch.ids_T, batch.packed)
+        logp_T = token_logprobs(logits_TVl, batch.ids_T.roll(-1), self.temperature)
+        entropy = batch.to_grid(token_entropy(logits_TVl, self.temperature)) if with_entropy else None
+        return batch.to_grid(logp_T), entropy
+
+    @torch.no_grad()
+    def logprobs(self, shard: TrainShard) -> list[list[float]]:
+        self.model.eval()
+        out: list[list[float]] = [[] for _ in shard.sequences]
+        for batch in self._batches(shard):
+            logp_BT, _ = self._logp_grid(self.model, batch, with_entropy=False)
+            for r, values in zip(batch.rows, ungrid(logp_BT.cpu(), batch, shard.prompt_lens, shard.sequences), strict=True):
+                out[r] = values
+        return out
+
+    @torch.no_grad()
+    def _ref_logprobs(self, batch) -> torch.Tensor:
+        if self.ref is not None:
+            return self._logp_grid(self.ref, batch, with_entropy=False)[0]
+        with lora_disabled(self.model):
+            return self._logp_grid(self.model, batch, with_entropy=False)[0]
+
+    def _micro_loss(self, shard: TrainShard, batch):
+        logp_BT, entropy_BT = self._logp_grid(self.runner, batch, with_entropy=True)
+        if not self.algorithm.entropy_coef:
+            entropy_BT = entropy_BT.detach()
+        dev = self.device
+        old_BT = grid(shard.old_logprobs, batch, shard.prompt_lens).to(dev) if shard.old_logprobs else logp_BT.detach()
+        is_weight_BT = torch.ones_like(logp_BT)
+        if shard.rollout_logprobs is not None:
+            rollout_BT = grid(shard.rollout_logprobs, batch, shard.prompt_lens).to(dev)
+            is_weight_BT = torch.exp(old_BT - rollout_BT).clamp(max=IS_WEIGHT_CAP)
+        mask_BT = batch.mask_BT
+        inputs = LossInputs(
+            logp_BT=logp_BT, old_logp_BT=old_BT, adv_B=torch.tensor([shard.advantages[r] for r in batch.rows], device=dev),
+            mask_BT=mask_BT, entropy_BT=entropy_BT, is_weight_BT=is_weight_BT * mask_BT,
+            weight_BT=token_weights(mask_BT, self.algorithm.loss_agg, shard.tokens_in_mini_batch, shard.seqs_in_mini_batch),
+            ref_logp_BT=self._ref_logprobs(batch) if self.algorithm.kl_coef > 0 else None)
+        loss, stats = self.algorithm.loss(inputs)
+        stats["is_weight"] = (is_weight_BT * mask_BT).sum().detach()
+        return loss, stats
+
+    def train_step(self, shard: TrainShard) -> dict[str, float]:
+        """One optimizer step on this rank's share of a mini-batch; returns summed statistics."""
+        self.model.train()
+        self._zero_grad()
+        sums = {"loss": 0.0, "tokens": 0.0}
+        for batch in self._batches(shard):
+            loss, stats = self._micro_loss(shard, batch)
+            (loss * self.dp).backward()
+            sums["loss"] += float(loss.detach())
+            sums["tokens"] += float(batch.mask_BT.sum())
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        sums["grad_norm"] = self._step()
+        return sums
+
+    def _zero_grad(self) -> None:
+        if self.megatron_ddp:
+            self.runner.zero_grad_buffer()
+        self.optimizer.zero_grad()
+
+    def _step(self) -> float:
+        if self.megatron_ddp:
+            finalize_model_grads([self.runner])
+            _, grad_norm, _ = self.optimizer.step()
+            return float(grad_norm or 0.0)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        clip = self.cfg.trainer.optimizer.grad_clip
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        self.optimizer.step()
+        return float(grad_norm)
+
+    def export_weights(self, version: int, with_base: bool) -> WeightUpdate:
+        """HF-named weights (LoRA merged), or the adapter (+ base when `with_base`); CPU tensors."""
+        if self.lora is None or self.cfg.trainer.lora.merge:
+            return WeightUpdate(version, _to_cpu(export_hf_state(self.model)))
+        lora = self.cfg.trainer.lora
+        adapter = _to_cpu(adapter_tensors(self.model, lora.rank, lora.alpha))
+        base = None
+        if with_base:
+            with lora_disabled(self.model):
+                base = _to_cpu(export_hf_state(self.model))
+        return WeightUpdate(version, adapter, adapter=self.lora, base=base)
+
+    def save_checkpoint(self, path: str) -> None:
+        """This rank's shards and optimizer state (one file per rank: any mesh reloads its own)."""
+        os.makedirs(path, exist_ok=True)
+        state = {"model": {k: v for k, v in self.model.state_dict().items()},
+                 "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()}
+        torch.save(state, os.path.join(path, f"megatron_rank{self.rank}.pt"))
+
+    def load_checkpoint(self, path: str) -> None:
+        state = torch.load(os.path.join(path, f"megatron_rank{self.rank}.pt"), map_location=self.device, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"].cpu())
+
+    def offload(self) -> None:
+        """Colocation: weights and grad buffers to host memory (optimizer states stay; see _state)."""
+        self.mover.to_host()
+
+    def onload(self) -> None:
+        self.mover.to_device()
+
+
+def _to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu") for k, v in tensors.items()}
