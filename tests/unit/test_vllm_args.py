@@ -18,7 +18,8 @@ def _kwargs(point, *overrides, on_cpu=False):
 
 def test_cpu_engine_gets_the_planned_cache_in_bytes_and_no_sleep(point):
     kw = _kwargs(point, "recipe=tiny_qwen3_vllm", on_cpu=True)
-    assert kw["max_num_seqs"] == 64 and kw["max_model_len"] == 64
+    inf = point("recipe=tiny_qwen3_vllm").cfg.inference
+    assert (kw["max_num_seqs"], kw["max_model_len"]) == (inf.max_num_seqs, inf.max_model_len)
     # vLLM's CPU backend reads gpu_memory_utilization as a share of all host RAM.
     assert "gpu_memory_utilization" not in kw and kw["kv_cache_memory_bytes"] >= 32 << 20
     assert "enable_sleep_mode" not in kw and "weight_transfer_config" not in kw
