@@ -6,7 +6,7 @@ what `plan` printed, on CPU and on GPU clusters alike.
 import pytest
 import torch
 
-from launcher.backends.vllm._args import engine_kwargs, vllm_lora_rank
+from launcher.backends.vllm._args import engine_kwargs, ray_executor_env, vllm_lora_rank
 from launcher.backends.vllm._buckets import buckets
 from launcher.backends.vllm._transfer import engine_rank_offset
 
@@ -76,3 +76,14 @@ def test_buckets_are_bounded_ordered_and_complete():
 def test_each_engine_shifts_its_nccl_ranks_past_the_engines_before_it():
     assert engine_rank_offset({"rank_offset": 1, "world_size": 17}, engine_index=1, tp=8)["rank_offset"] == 9
     assert engine_rank_offset({"packed": True}, engine_index=1, tp=8) == {"packed": True}
+
+
+def test_tp_engines_place_their_ray_workers_on_their_own_gpus(point):
+    p = point("recipe=dapo_sync")  # colocated, 2 engines x tp 8 on 2 nodes of 8 GPUs
+    assert _kwargs(point, "recipe=dapo_sync")["distributed_executor_backend"] == "ray"
+    env = ray_executor_env(p.cfg, p.plan, engine_index=1)
+    assert env["VLLM_RAY_BUNDLE_INDICES"] == ",".join(str(s.gpu) for s in p.plan.placement.engine_slots[1])
+    assert len(env["VLLM_RAY_BUNDLE_INDICES"].split(",")) == p.cfg.inference.tp
+    assert float(env["VLLM_RAY_PER_WORKER_GPUS"]) == 0.5  # the other half is the colocated trainer rank's
+    tiny = point("recipe=tiny_qwen3_vllm")
+    assert ray_executor_env(tiny.cfg, tiny.plan, 0) == {}

@@ -5,6 +5,7 @@ printed is what runs: max_num_seqs, max_model_len, the memory budget, TP/EP, LoR
 targets, sleep mode. Kept free of vllm so it is unit-tested in the project's main venv.
 """
 from launcher.backends.vllm._transfer import transfer_backend
+from launcher.orchestrate.placement import SHARED_GPU_FRACTION
 from launcher.plan import Plan
 from launcher.schema.root import LauncherConfig
 
@@ -64,8 +65,26 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
                       enable_sleep_mode=colocated and inf.sleep_level > 0)
         if not adapter_sync(cfg):
             kwargs["weight_transfer_config"] = {"backend": transfer_backend(cfg)}
+    if inf.tp > 1 and not on_cpu:
+        # One worker per GPU of the engine, placed by vLLM's Ray executor (ray_executor_env).
+        kwargs["distributed_executor_backend"] = "ray"
     if adapter_sync(cfg):
         kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(cfg.trainer.lora.rank))
         if inf.lora_targets:
             kwargs["lora_target_modules"] = list(inf.lora_targets)
     return kwargs
+
+
+def ray_executor_env(cfg: LauncherConfig, plan: Plan, engine_index: int) -> dict[str, str]:
+    """Where vLLM's Ray executor puts the TP workers of engine `engine_index` (GPUs, tp > 1).
+
+    The orchestrator makes one placement group per node with bundle i = GPU i, and the
+    engine actor runs inside it, so vLLM finds that group; these variables pin its workers
+    to the engine's own GPUs, each taking the engine's share of the GPU (half when a
+    trainer rank is colocated on it).
+    """
+    if cfg.inference.tp == 1:
+        return {}
+    share = SHARED_GPU_FRACTION if cfg.placement.mode.value == "colocated" else 1.0
+    gpus = [slot.gpu for slot in plan.placement.engine_slots[engine_index]]
+    return {"VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, gpus)), "VLLM_RAY_PER_WORKER_GPUS": str(share)}

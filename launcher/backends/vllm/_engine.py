@@ -12,7 +12,7 @@ import os
 from collections import deque
 
 from launcher.backends.protocols import Generation, GenerationRequest
-from launcher.backends.vllm._args import adapter_sync, engine_kwargs
+from launcher.backends.vllm._args import adapter_sync, engine_kwargs, ray_executor_env
 from launcher.backends.vllm._model_dir import engine_model_dir
 from launcher.backends.vllm._sampling import tokens_and_logprobs, vllm_sampling_params
 from launcher.backends.vllm._transfer import engine_rank_offset
@@ -41,6 +41,8 @@ class VllmEngine:
         self.concurrency = cfg.inference.concurrency_per_engine
         self.engine_index, self.tp = engine_index, cfg.inference.tp
         self.adapter_sync = adapter_sync(cfg)
+        if not self.on_cpu:
+            os.environ.update(ray_executor_env(cfg, plan, engine_index))
         kwargs = engine_kwargs(cfg, plan, engine_model_dir(cfg.model, pad_id, eos_id), on_cpu=self.on_cpu, seed=seed)
         self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
         self.llm = LLM(**kwargs)
