@@ -15,3 +15,11 @@ def config_roots() -> list[Path]:
     """Project root first, then the user's extra roots (later roots win on a name clash)."""
     extra = os.environ.get("LAUNCHER_CONFIG_ROOTS", "")
     return [PROJECT_ROOT] + [Path(p).resolve() for p in extra.split(os.pathsep) if p]
+
+
+def resolve_data_path(path: str) -> Path:
+    """A data file as given, else relative to the project root (recipes name `data/...`)."""
+    given = Path(path).expanduser()
+    if given.is_absolute() or given.exists():
+        return given
+    return PROJECT_ROOT / given
