@@ -14,7 +14,8 @@ class UnknownNameError(LookupError):
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, discover: Callable[[], None] | None = None):
+    def __init__(self, kind: str, discover: Callable[[str | None], None] | None = None):
+        """`discover(name)` imports whatever registers `name` (None: everything)."""
         self.kind = kind
         self._items: dict[str, T] = {}
         self._discover = discover
@@ -29,8 +30,9 @@ class Registry(Generic[T]):
         return add
 
     def get(self, name: str) -> T:
-        if name not in self._items and self._discover is not None:
-            self._discover()
+        for hint in (name, None):  # cheap targeted discovery first, then everything
+            if name not in self._items and self._discover is not None:
+                self._discover(hint)
         if name not in self._items:
             known = ", ".join(sorted(self._items)) or "none"
             raise UnknownNameError(f"unknown {self.kind} {name!r}; known: {known}")
@@ -38,5 +40,5 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         if self._discover is not None:
-            self._discover()
+            self._discover(None)
         return sorted(self._items)

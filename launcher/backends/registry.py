@@ -1,5 +1,6 @@
 """Backend registries. Backends live in subpackages of launcher.backends and register on
-import; discovery imports every subpackage, so core code never names one.
+import; discovery imports the subpackage named like the requested backend (else every
+subpackage), so core code never names one.
 
 A subpackage whose optional dependency is missing (megatron-core, vllm on a CPU box)
 must not break the others: its import error is kept and shown when that name is asked for.
@@ -12,15 +13,22 @@ from launcher._registry import Registry, UnknownNameError
 _import_errors: dict[str, str] = {}
 
 
-def _discover() -> None:
+def _import(package: str, sub: str) -> None:
+    if sub not in _import_errors:
+        try:
+            importlib.import_module(f"{package}.{sub}")
+        except ImportError as err:
+            _import_errors[sub] = str(err)
+
+
+def _discover(name: str | None) -> None:
+    """The subpackage named like the backend first (megatron-core and vllm are slow to
+    import and never needed by a run that uses other backends), then every subpackage."""
     import launcher.backends as package
 
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.ispkg and info.name not in _import_errors:
-            try:
-                importlib.import_module(f"{package.__name__}.{info.name}")
-            except ImportError as err:
-                _import_errors[info.name] = str(err)
+    subpackages = [info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg]
+    for sub in [name] if name in subpackages else subpackages:
+        _import(package.__name__, sub)
 
 
 TRAINERS: Registry = Registry("trainer backend", _discover)

@@ -66,7 +66,9 @@ def _start_groups(config, plan, run_dir: Path, embedded: bool):
 def _run(config, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
     from launcher.rl.loops import LOOPS
 
-    with ray_session(config, plan.env) as embedded:
+    # Again after ray.init: Ray's core worker installs its own SIGTERM handler, which would
+    # end the driver without the teardown below.
+    with ray_session(config, plan.env) as embedded, _sigterm_as_interrupt():
         trainers, engines = _start_groups(config, plan, run_dir, embedded)
         rt = _build_runtime(config, plan, run_dir, trainers, engines, ckpt, resume_from)
         try:

@@ -39,7 +39,7 @@ class Algorithm(Protocol):
     def loss(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
 
-def _discover() -> None:
+def _discover(name: str | None) -> None:
     for module in ("launcher.rl.grpo", "launcher.rl.dapo"):
         importlib.import_module(module)
 

@@ -75,10 +75,14 @@ def run_sync(rt: Runtime) -> None:
             rt.engines.call("sleep", level)
             rt.trainers.call("onload")
         t1 = time.monotonic()
-        train = train_on_groups(rt.trainers, groups, cfg.algorithm, rt.algorithm, False) if groups else {}
+        train, sync_s = {}, 0.0
+        if groups:  # DAPO may find no group with reward variance even after regenerating
+            train = train_on_groups(rt.trainers, groups, cfg.algorithm, rt.algorithm, False)
         t2 = time.monotonic()
-        rt.state.policy_version += 1
-        sync_s = rt.sync_weights(with_base=level >= 2, wait=True)
+        if groups:
+            rt.state.policy_version += 1
+        if groups or level >= 2:  # level 2 dropped the engines' weights: they need them back either way
+            sync_s = rt.sync_weights(with_base=level >= 2, wait=True)
         rt.state.step = step
         rt.maybe_checkpoint()
         step_s = time.monotonic() - t0
