@@ -13,6 +13,7 @@ def vllm_sampling_params(sampling, eos_id: int, seed: int):
     """`sampling` is the Protocol's SamplingParams (max_tokens, temperature, top_p from
     `algorithm:`); each request gets its own seed so the samples of a group differ."""
     from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
 
     return SamplingParams(
         n=1,
@@ -24,6 +25,8 @@ def vllm_sampling_params(sampling, eos_id: int, seed: int):
         logprobs=0,
         detokenize=False,
         seed=seed,
+        # Only the finished request is wanted: no per-step partial outputs to build and ship.
+        output_kind=RequestOutputKind.FINAL_ONLY,
     )
 
 
