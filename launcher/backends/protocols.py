@@ -63,7 +63,9 @@ class TrainShard:
     """Log-probs before this step's first update; None when the step has one mini-batch
     (then they equal the current ones and are taken from the same forward pass)."""
     rollout_logprobs: list[list[float]] | None = None
-    """Engine log-probs; given in async mode for the importance-sampling correction."""
+    """Engine log-probs of the response tokens (the behaviour policy). When given, each
+    token's loss is weighted by pi_old / pi_rollout, truncated (grpo.IS_WEIGHT_CAP): it
+    corrects the engine's lag in async mode and engine/trainer numeric mismatch in both."""
     stats: dict = field(default_factory=dict)
 
 

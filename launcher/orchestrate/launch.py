@@ -33,7 +33,17 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _build_runtime(config, plan, run_dir: Path, trainers, engines, ckpt, resume_from):
+def _logged_config(composed, plan) -> dict:
+    """What wandb records: the resolved config (secrets masked) and the plan."""
+    from omegaconf import OmegaConf
+
+    from launcher.secrets import mask_secrets
+
+    return {"config": mask_secrets(OmegaConf.to_container(composed.cfg, resolve=True, enum_to_str=True)),
+            "plan": plan.to_dict()}
+
+
+def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from):
     from launcher.rl.algorithm import make_algorithm
     from launcher.rl.checkpoint import DriverState, load_driver_state
     from launcher.rl.data import PromptStream
@@ -41,9 +51,10 @@ def _build_runtime(config, plan, run_dir: Path, trainers, engines, ckpt, resume_
     from launcher.rl.runtime import Runtime
     from launcher.rl.tokenizer import make_tokenizer
 
+    config = composed.config
     state = load_driver_state(resume_from) if resume_from else DriverState()
     tokenizer = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size)
-    logger = StepLogger(run_dir, config.logging, config.run, state.step, plan.to_dict())
+    logger = StepLogger(run_dir, config.logging, config.run, state.step, _logged_config(composed, plan))
     return Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
                    tokenizer=tokenizer, stream=PromptStream(config.data, config.run.seed, tokenizer),
                    algorithm=make_algorithm(config.algorithm), logger=logger, checkpointer=ckpt, state=state,
@@ -63,14 +74,15 @@ def _start_groups(config, plan, run_dir: Path, embedded: bool):
     return trainers, engines
 
 
-def _run(config, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
+def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
     from launcher.rl.loops import LOOPS
 
+    config = composed.config
     # Again after ray.init: Ray's core worker installs its own SIGTERM handler, which would
     # end the driver without the teardown below.
     with ray_session(config, plan.env) as embedded, _sigterm_as_interrupt():
         trainers, engines = _start_groups(config, plan, run_dir, embedded)
-        rt = _build_runtime(config, plan, run_dir, trainers, engines, ckpt, resume_from)
+        rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from)
         try:
             if resume_from:
                 trainers.call("load_checkpoint", str(resume_from / "trainer"))
@@ -93,7 +105,7 @@ def launch(composed, plan, run_dir) -> int:
     with _sigterm_as_interrupt():
         try:
             resume_from = resolve_resume(config.run.resume, ckpt)
-            last = _run(config, plan, run_dir, ckpt, resume_from)
+            last = _run(composed, plan, run_dir, ckpt, resume_from)
         except KeyboardInterrupt:
             sys.stderr.write(f"interrupted; Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return EXIT_INTERRUPTED

@@ -77,7 +77,7 @@ def run_sync(rt: Runtime) -> None:
         t1 = time.monotonic()
         train, sync_s = {}, 0.0
         if groups:  # DAPO may find no group with reward variance even after regenerating
-            train = train_on_groups(rt.trainers, groups, cfg.algorithm, rt.algorithm, False)
+            train = train_on_groups(rt.trainers, groups, cfg.algorithm, rt.algorithm)
         t2 = time.monotonic()
         if groups:
             rt.state.policy_version += 1
@@ -90,7 +90,7 @@ def run_sync(rt: Runtime) -> None:
 
 
 def _step_metrics(step, gen, train, rollout_s, train_s, sync_s, step_s, rt) -> dict:
-    kl = train.get("kl_ref", train.get("ppo_kl", 0.0))
+    kl = train.get("kl_ref", train.get("rollout_kl", 0.0))
     return {"step": step, **gen, **train, "kl": kl, "rollout_s": rollout_s, "train_s": train_s, "sync_s": sync_s,
             "step_s": step_s, "other_s": step_s - gen["gen_s"] - train_s,
             "tokens_per_s": gen["generated_tokens"] / max(step_s, 1e-9),

@@ -1,5 +1,9 @@
 """Per-step metrics: one fixed-format console line, metrics.jsonl, and wandb when configured.
 
+`kl` is the k3 KL to the reference model when algorithm.kl_coef > 0; otherwise the k3 KL
+between the policy that generated the samples (engine log-probs) and the one trained on
+them: ~0 in the synchronous loop (a nonzero value there means engine and trainer
+disagree), the drift of stale samples in the async one.
 Timing keys end in `_s`; they are the only values that differ between two runs with the
 same seed (the resume test compares everything else).
 """

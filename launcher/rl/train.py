@@ -10,7 +10,7 @@ import torch
 from launcher.backends.protocols import TrainShard
 from launcher.rl.rollout import Group
 
-SUMMED_STATS = ("clip_frac", "ppo_kl", "entropy", "kl_ref", "is_weight")
+SUMMED_STATS = ("clip_frac", "ppo_kl", "entropy", "kl_ref", "is_weight", "rollout_kl")
 
 
 def _flatten(groups: list[Group], algorithm, samples: int):
@@ -25,7 +25,7 @@ def _flatten(groups: list[Group], algorithm, samples: int):
     return seqs, prompt_lens, rollout, adv_B.tolist()
 
 
-def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, use_rollout: bool) -> list[TrainShard]:
+def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old) -> list[TrainShard]:
     tokens = sum(len(seqs[r]) - prompt_lens[r] for r in rows)
     shards = []
     for d in range(dp):
@@ -34,12 +34,12 @@ def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, use_
             sequences=[seqs[r] for r in mine], prompt_lens=[prompt_lens[r] for r in mine],
             advantages=[adv[r] for r in mine], tokens_in_mini_batch=tokens, seqs_in_mini_batch=len(rows),
             old_logprobs=[old[r] for r in mine] if old is not None else None,
-            rollout_logprobs=[rollout[r] for r in mine] if use_rollout else None,
+            rollout_logprobs=[rollout[r] for r in mine],
         ))
     return shards
 
 
-def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm, use_rollout_logprobs: bool) -> dict:
+def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm) -> dict:
     """Run every mini-batch of a step through the trainer group; returns step metrics."""
     samples = alg_cfg.samples_per_prompt
     seqs, prompt_lens, rollout, adv = _flatten(groups, algorithm, samples)
@@ -48,12 +48,10 @@ def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm, use_rollo
     old = None
     if len(minis) > 1:
         everyone = list(range(len(seqs)))
-        old = trainers.logprobs(_shards(everyone, trainers.dp, seqs, prompt_lens, adv, rollout, None, False),
-                                order=everyone)
+        old = trainers.logprobs(_shards(everyone, trainers.dp, seqs, prompt_lens, adv, rollout, None), order=everyone)
     totals: dict[str, float] = {}
     for rows in minis:
-        per_rank = trainers.train_step(_shards(rows, trainers.dp, seqs, prompt_lens, adv, rollout, old,
-                                               use_rollout_logprobs))
+        per_rank = trainers.train_step(_shards(rows, trainers.dp, seqs, prompt_lens, adv, rollout, old))
         for stats in per_rank:
             for key, value in stats.items():
                 if key != "grad_norm":

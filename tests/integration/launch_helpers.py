@@ -59,8 +59,9 @@ class Run:
         out, err = self.proc.communicate(timeout=max(deadline - time.monotonic(), 1))
         return self.proc.returncode, out, err
 
-    def terminate(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
+    def interrupt(self) -> None:
+        """What Ctrl-C does to the driver."""
+        self.proc.send_signal(signal.SIGINT)
 
     def leftover_daemons(self) -> list[str]:
         """Ray daemons of this run still alive (checked a few seconds after the driver exits)."""

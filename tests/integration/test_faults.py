@@ -21,7 +21,7 @@ def test_resumed_run_matches_uninterrupted_run(launch_run):
     assert whole.finish()[0] == 0
     cut = launch_run("cut", SMALL + STEPS)
     cut.wait_for_step(5)
-    cut.terminate()
+    cut.interrupt()
     code, _, err = cut.finish()
     assert code == 130, err[-2000:]
     assert "interrupted" in err

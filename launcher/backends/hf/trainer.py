@@ -19,7 +19,7 @@ from launcher.backends.hf._model import VISION_PREFIX, build_model, language_sta
 from launcher.backends.protocols import TrainShard, WeightUpdate
 from launcher.backends.registry import TRAINERS
 from launcher.rl.algorithm import LossInputs, make_algorithm
-from launcher.rl.grpo import IS_WEIGHT_CAP, token_weights
+from launcher.rl.grpo import IS_WEIGHT_CAP, k3_kl_BT, token_weights
 from launcher.rl.tokenizer import make_tokenizer
 
 
@@ -97,6 +97,7 @@ class HfTrainer:
         dev = self.device
         old_BT = grid(shard.old_logprobs, mb, shard.prompt_lens).to(dev) if shard.old_logprobs else logp_BT.detach()
         is_weight_BT = torch.ones_like(logp_BT)
+        rollout_BT = None
         if shard.rollout_logprobs is not None:
             rollout_BT = grid(shard.rollout_logprobs, mb, shard.prompt_lens).to(dev)
             is_weight_BT = torch.exp(old_BT - rollout_BT).clamp(max=IS_WEIGHT_CAP)
@@ -111,6 +112,8 @@ class HfTrainer:
         )
         loss, stats = self.algorithm.loss(inputs)
         stats["is_weight"] = (is_weight_BT * mask_BT).sum().detach()
+        if rollout_BT is not None:
+            stats["rollout_kl"] = (k3_kl_BT(old_BT, rollout_BT) * mask_BT).sum().detach()
         return loss, stats
 
     def train_step(self, shard: TrainShard) -> dict[str, float]:
