@@ -134,7 +134,7 @@ def test_glm5_flash_engine_takes_bucketed_merged_weights():
     """vLLM's own GLM-5.3-Flash model (KDA, DSA, mHC, MoE kernels) loads HF-named buckets."""
     from launcher.backends.vllm import VllmInference
 
-    cfg = _config("recipe=tiny_grpo", "inference.backend=vllm", "inference.sleep_level=1",
+    cfg = _config("recipe=tiny_grpo", "inference.backend=vllm", "inference.engines=1", "inference.sleep_level=1",
                   "inference.max_model_len=256")
     model = _hf_model(cfg)
     engine = VllmInference(cfg, 0)
@@ -150,7 +150,7 @@ def test_glm5_flash_adapter_sync_with_experts_among_targets():
     from launcher.backends.protocols import WeightUpdate
     from launcher.backends.vllm import VllmInference
 
-    cfg = _config("recipe=tiny_grpo", "inference.backend=vllm", "inference.sleep_level=1",
+    cfg = _config("recipe=tiny_grpo", "inference.backend=vllm", "inference.engines=1", "inference.sleep_level=1",
                   "inference.max_model_len=256", "trainer.lora.rank=8", "trainer.lora.merge=false",
                   "trainer.lora.targets=[linear_proj,q_proj,v_proj]",
                   "inference.lora_targets=[o_proj,q_proj,v_proj,experts]")
