@@ -6,7 +6,6 @@ the same config and seed holds the same weights; the trainer still pushes its we
 the engines at start so engines never depend on that.
 """
 import dataclasses
-import typing
 
 import torch
 
@@ -27,7 +26,7 @@ def _arch_fields(arch, pad_id: int) -> dict:
 def _known_fields(config_cls) -> set[str]:
     names: set[str] = set()
     for klass in config_cls.__mro__:
-        names |= set(typing.get_type_hints(klass) if hasattr(klass, "__annotations__") else {})
+        names |= set(vars(klass).get("__annotations__", {}))  # raw names: resolving hints fails on some configs
     return names
 
 
