@@ -1,14 +1,14 @@
 """Per-token entropy of softmax(logits / temperature) over a vocabulary split across TP.
 
 H = log Z - sum_v p_v z_v, with the max, Z and the p.z sum reduced over TP ranks; the
-reductions are Megatron's differentiable ones (entropy bonuses need its gradient).
+sums are differentiable all-reduces (entropy bonuses need the gradient).
 Shape legend: T tokens, Vl local vocabulary.
 """
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state as ps
-from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
 
+from model.megatron.comm import all_reduce_sum
 from model.megatron.parallel import tp_size
 
 
@@ -20,6 +20,6 @@ def token_entropy(logits_TVl: torch.Tensor, temperature: float = 1.0) -> torch.T
     exp_TV = torch.exp(z_TV - max_T.unsqueeze(-1))
     local_sum_T, local_dot_T = exp_TV.sum(-1), (exp_TV * z_TV).sum(-1)
     if tp_size() > 1:
-        local_sum_T = reduce_from_tensor_model_parallel_region(local_sum_T)
-        local_dot_T = reduce_from_tensor_model_parallel_region(local_dot_T)
+        group = ps.get_tensor_model_parallel_group()
+        local_sum_T, local_dot_T = all_reduce_sum(local_sum_T, group), all_reduce_sum(local_dot_T, group)
     return torch.log(local_sum_T) + max_T - local_dot_T / local_sum_T

@@ -9,14 +9,12 @@ Shape legend: T tokens, Tl local tokens, N streams, D hidden, Vl local vocabular
 """
 import torch
 import torch.nn.functional as F
+from megatron.core import parallel_state as ps
 from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
-from megatron.core.tensor_parallel.mappings import (
-    gather_from_tensor_model_parallel_region,
-    reduce_scatter_to_sequence_parallel_region,
-)
 from torch.utils.checkpoint import checkpoint
 
+from model.megatron.comm import gather_last_dim, reduce_scatter_tokens
 from model.megatron.layer import DecoderLayer
 from model.megatron.mhc import contract_streams, expand_streams
 from model.megatron.packing import Packed
@@ -45,14 +43,20 @@ class GlmModel(torch.nn.Module):
         self.output_layer = _vocab_param(spec)
 
     def embed(self, ids_T: torch.Tensor) -> torch.Tensor:
-        """This rank's T/tp tokens of the embedding (vocab-parallel lookup, summed over TP)."""
+        """This rank's T/tp tokens of the embedding (vocab-parallel lookup, summed over TP).
+
+        The pad row gets no gradient, as HF's padding_idx embedding.
+        """
+        rows = self.word_embeddings.shape[0]
+        first = tp_rank() * rows
+        pad = self.spec.pad_token_id
+        local_pad = pad - first if pad is not None and first <= pad < first + rows else None
         if tp_size() == 1:
-            return F.embedding(ids_T, self.word_embeddings)
-        first = tp_rank() * self.word_embeddings.shape[0]
+            return F.embedding(ids_T, self.word_embeddings, padding_idx=local_pad)
         local_T = ids_T - first
-        outside_T = (local_T < 0) | (local_T >= self.word_embeddings.shape[0])
-        emb_TD = F.embedding(local_T.masked_fill(outside_T, 0), self.word_embeddings)
-        return reduce_scatter_to_sequence_parallel_region(emb_TD.masked_fill(outside_T.unsqueeze(-1), 0))
+        outside_T = (local_T < 0) | (local_T >= rows)
+        emb_TD = F.embedding(local_T.masked_fill(outside_T, 0), self.word_embeddings, padding_idx=local_pad)
+        return reduce_scatter_tokens(emb_TD.masked_fill(outside_T.unsqueeze(-1), 0), ps.get_tensor_model_parallel_group())
 
     def _run_layer(self, layer: DecoderLayer, streams_TND: torch.Tensor, packed: Packed) -> torch.Tensor:
         if self.recompute_layers and torch.is_grad_enabled():
@@ -75,4 +79,4 @@ def token_logprobs(logits_TVl: torch.Tensor, targets_T: torch.Tensor, temperatur
 
 def full_logits(logits_TVl: torch.Tensor) -> torch.Tensor:
     """All-gather the vocabulary (tests and small models only: [T, V] on every rank)."""
-    return gather_from_tensor_model_parallel_region(logits_TVl) if tp_size() > 1 else logits_TVl
+    return gather_last_dim(logits_TVl, ps.get_tensor_model_parallel_group())

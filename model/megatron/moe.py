@@ -11,13 +11,12 @@ expert outputs are summed in fp32 and rounded once (as HF's grouped_mm path does
 Shape legend: T tokens, A token-expert assignments, K top-k, E local experts, D hidden.
 """
 import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 from megatron.core import parallel_state as ps
-from megatron.core.tensor_parallel.mappings import (
-    gather_from_sequence_parallel_region,
-    reduce_scatter_to_sequence_parallel_region,
-)
 from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_function
 
+from model.megatron.comm import gather_tokens, reduce_scatter_tokens
 from model.megatron.grouped import GroupedLinear
 from model.megatron.mlp import SwiGLUMLP, clamped_swiglu
 from model.megatron.parallel import mark_duplicated, split_size
@@ -77,8 +76,20 @@ class MoE(torch.nn.Module):
         if group.size() == 1:
             routed_TD = self.experts(x_TlD, probs_TK, experts_TK)
         else:
-            gather = gather_from_sequence_parallel_region
-            routed_TD = self.experts(gather(x_TlD, group=group), gather(probs_TK, group=group),
-                                     gather(experts_TK, group=group))
-            routed_TD = reduce_scatter_to_sequence_parallel_region(routed_TD, group=group)
+            routed_TD = self._across_group(x_TlD, probs_TK, experts_TK, group)
         return routed_TD.to(x_TlD.dtype) + self.shared_experts(x_TlD)
+
+    def _across_group(self, x_TD, probs_TK, experts_TK, group) -> torch.Tensor:
+        """Gather every rank's tokens, run the local experts, reduce-scatter back.
+
+        Ranks of different data-parallel replicas hold different token counts: every rank
+        pads to the group's largest count with rows routed to no expert (index -1).
+        """
+        count = torch.tensor([x_TD.shape[0]], device=x_TD.device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX, group=group)
+        pad = int(count.item()) - x_TD.shape[0]
+        x_TD, probs_TK = F.pad(x_TD, (0, 0, 0, pad)), F.pad(probs_TK, (0, 0, 0, pad))
+        experts_TK = F.pad(experts_TK, (0, 0, 0, pad), value=-1)
+        routed_TD = self.experts(gather_tokens(x_TD, group), gather_tokens(probs_TK, group),
+                                 gather_tokens(experts_TK, group))
+        return reduce_scatter_tokens(routed_TD, group)[: x_TD.shape[0] - pad]

@@ -17,10 +17,8 @@ import torch
 import torch.nn.functional as F
 from megatron.core import parallel_state as ps
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
-from megatron.core.tensor_parallel.mappings import (
-    gather_from_sequence_parallel_region,
-    reduce_scatter_to_sequence_parallel_region,
-)
+
+from model.megatron.comm import gather_tokens, reduce_scatter_tokens
 
 Mode = Literal["column", "row", "duplicated"]
 
@@ -44,14 +42,14 @@ def enter_tp(x_TlD: torch.Tensor) -> torch.Tensor:
     """All-gather the sequence (backward: reduce-scatter, summing the ranks' partial grads)."""
     if tp_size() == 1:
         return x_TlD
-    return gather_from_sequence_parallel_region(x_TlD, tensor_parallel_output_grad=True)
+    return gather_tokens(x_TlD, ps.get_tensor_model_parallel_group())
 
 
 def exit_tp(partial_TD: torch.Tensor) -> torch.Tensor:
     """Sum the ranks' partial outputs and keep this rank's T/tp tokens."""
     if tp_size() == 1:
         return partial_TD
-    return reduce_scatter_to_sequence_parallel_region(partial_TD)
+    return reduce_scatter_tokens(partial_TD, ps.get_tensor_model_parallel_group())
 
 
 def mark_duplicated(param: torch.nn.Parameter) -> torch.nn.Parameter:

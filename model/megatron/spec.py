@@ -44,10 +44,13 @@ class ModelSpec:
     mlp_layer_types: tuple[str, ...]
     tie_word_embeddings: bool
     dtype: torch.dtype
+    pad_token_id: int | None = None
+    """Embedding row HF never trains (nn.Embedding padding_idx); None = every row trains."""
 
     @classmethod
-    def from_arch(cls, arch, dtype: torch.dtype | str) -> "ModelSpec":
-        """From `config.model.arch` (ArchConfig or its OmegaConf node) and `model.dtype`."""
+    def from_arch(cls, arch, dtype: torch.dtype | str, pad_token_id: int | None = None) -> "ModelSpec":
+        """From `config.model.arch` (ArchConfig or its OmegaConf node), `model.dtype` and the
+        tokenizer's pad id (what HF's embedding gets as padding_idx)."""
         if arch.qk_rope_head_dim:
             raise ValueError(f"arch.qk_rope_head_dim={arch.qk_rope_head_dim}: GLM-5.3-Flash MLA is NoPE (0)")
         layers = arch.num_hidden_layers
@@ -57,10 +60,10 @@ class ModelSpec:
         if "shared" in indexer_types:
             raise ValueError("arch.indexer_types: 'shared' (cross-layer top-k reuse) is not implemented in model.megatron")
         values = {f.name: getattr(arch, f.name) for f in fields(cls)
-                  if f.name not in ("layer_types", "mlp_layer_types", "indexer_types", "dtype")}
+                  if f.name not in ("layer_types", "mlp_layer_types", "indexer_types", "dtype", "pad_token_id")}
         dtype = getattr(torch, getattr(dtype, "value", dtype)) if not isinstance(dtype, torch.dtype) else dtype
         return cls(**values, layer_types=tuple(layer_types), mlp_layer_types=tuple(mlp_types),
-                   indexer_types=tuple(indexer_types), dtype=dtype)
+                   indexer_types=tuple(indexer_types), dtype=dtype, pad_token_id=pad_token_id)
 
     @property
     def kda_width(self) -> int:

@@ -62,7 +62,7 @@ def megatron_from_hf_model(hf, model_cfg, device: torch.device):
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import load_hf_state
 
-    meg = build_model(ModelSpec.from_arch(model_cfg.arch, model_cfg.dtype), device)
+    meg = build_model(ModelSpec.from_arch(model_cfg.arch, model_cfg.dtype, pad_token_id=0), device)
     load_hf_state(meg, {k: v for k, v in hf.state_dict().items() if not k.startswith(VISION_PREFIX)})
     return meg
 

@@ -37,12 +37,12 @@ def read_hf_checkpoint(path: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def build_rank_model(config, device: torch.device):
+def build_rank_model(config, device: torch.device, pad_id: int):
     """This rank's model with weights (checkpoint or HF-rule random init) and LoRA if asked."""
     if config.trainer.mesh.pp != 1 or config.trainer.mesh.cp != 1:
         raise ValueError("the megatron backend runs pp=1, cp=1 (mHC forbids PP, KDA has no CP path)")
     init_parallel(*resolved_mesh(config.trainer.mesh))
-    spec = ModelSpec.from_arch(config.model.arch, config.model.dtype)
+    spec = ModelSpec.from_arch(config.model.arch, config.model.dtype, pad_id)
     recompute = config.trainer.recompute.granularity.value != "none"
     model = build_model(spec, device, recompute_layers=recompute)
     if config.model.hf_path:

@@ -59,10 +59,10 @@ class MegatronTrainer:
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
                                     world_size=self.world)
-        self.model = _model.build_rank_model(self.cfg, self.device)
+        self.model = _model.build_rank_model(self.cfg, self.device, self.pad_id)
         self.ref = None
         if self.algorithm.kl_coef > 0 and self.lora is None:
-            self.ref = _model.build_rank_model(self.cfg, self.device).eval()
+            self.ref = _model.build_rank_model(self.cfg, self.device, self.pad_id).eval()
             self.ref.load_state_dict(self.model.state_dict())
         self.runner, self.optimizer, self.megatron_ddp = _model.build_optimizer(self.model, self.cfg, self.device)
         self.dp = _model.data_parallel_size()
