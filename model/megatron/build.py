@@ -21,10 +21,14 @@ def init_parallel(tp: int, ep: int, etp: int) -> None:
                                  expert_tensor_parallel_size=etp)
 
 
-def build_model(spec: ModelSpec, device: torch.device | str, recompute_layers: bool = False) -> GlmModel:
-    """This rank's shards, allocated directly on `device` (values: init_weights or load_hf_state)."""
+def build_model(spec: ModelSpec, device: torch.device | str, recompute_layers: bool = False,
+                recompute_modules: frozenset[str] = frozenset()) -> GlmModel:
+    """This rank's shards, allocated directly on `device` (values: init_weights or load_hf_state).
+
+    recompute_layers: whole-layer recompute (`full`); recompute_modules: `selective`.
+    """
     with torch.device(device):
-        return GlmModel(spec, recompute_layers=recompute_layers)
+        return GlmModel(spec, recompute_layers=recompute_layers, recompute_modules=recompute_modules)
 
 
 def rank_key() -> int:

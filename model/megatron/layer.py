@@ -1,11 +1,14 @@
 """One GLM-5.3-Flash decoder layer: (KDA | sparse MLA) then (dense MLP | MoE), each
-wrapped in its own mHC hyper-connection instead of a plain residual add.
+wrapped in its own mHC hyper-connection instead of a plain residual add. Selective
+recompute (trainer.recompute.modules) re-runs the token mixer (`core_attn`) and/or the MLP
+(`moe`, `mlp`) in backward; the mHC and norms are cheap and always kept.
 
 The mHC update is applied around every sub-layer, so a MoE MLP needs nothing special:
 the collapsed [T, D] input goes through it like through a dense MLP.
 Shape legend: Tl local tokens, N streams, D hidden.
 """
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from model.megatron.dsa import SparseMLA
 from model.megatron.kda import KDAttention
@@ -18,8 +21,9 @@ from model.megatron.spec import ModelSpec
 
 
 class DecoderLayer(torch.nn.Module):
-    def __init__(self, spec: ModelSpec, index: int):
+    def __init__(self, spec: ModelSpec, index: int, recompute: frozenset[str] = frozenset()):
         super().__init__()
+        self.recompute = recompute
         is_kda = spec.layer_types[index] == "linear_attention"
         self.self_attention = KDAttention(spec) if is_kda else SparseMLA(spec)
         if spec.mlp_layer_types[index] == "sparse":
@@ -31,8 +35,16 @@ class DecoderLayer(torch.nn.Module):
         self.attn_hc = HyperConnection(spec)
         self.ffn_hc = HyperConnection(spec)
 
+    def _maybe_recompute(self, names: set[str], module, *args):
+        """Selective recompute: keep only the module's input, redo it in backward."""
+        if self.recompute & names and torch.is_grad_enabled():
+            return checkpoint(module, *args, use_reentrant=False)
+        return module(*args)
+
     def forward(self, streams_TND: torch.Tensor, packed: Packed) -> torch.Tensor:
         post, comb, x_TD = self.attn_hc(streams_TND)
-        streams_TND = hc_merge(post, comb, self.self_attention(self.input_layernorm(x_TD), packed), streams_TND)
+        attn_TD = self._maybe_recompute({"core_attn"}, self.self_attention, self.input_layernorm(x_TD), packed)
+        streams_TND = hc_merge(post, comb, attn_TD, streams_TND)
         post, comb, x_TD = self.ffn_hc(streams_TND)
-        return hc_merge(post, comb, self.mlp(self.pre_mlp_layernorm(x_TD)), streams_TND)
+        mlp_TD = self._maybe_recompute({"moe", "mlp"}, self.mlp, self.pre_mlp_layernorm(x_TD))
+        return hc_merge(post, comb, mlp_TD, streams_TND)

@@ -31,14 +31,14 @@ def _vocab_param(spec: ModelSpec) -> torch.nn.Parameter:
 
 
 class GlmModel(torch.nn.Module):
-    def __init__(self, spec: ModelSpec, recompute_layers: bool = False):
+    def __init__(self, spec: ModelSpec, recompute_layers: bool = False, recompute_modules: frozenset[str] = frozenset()):
         super().__init__()
         if spec.tie_word_embeddings:
             raise ValueError("arch.tie_word_embeddings=true: GLM-5.3-Flash unties them; tied weights are not implemented")
         self.spec = spec
         self.recompute_layers = recompute_layers
         self.word_embeddings = _vocab_param(spec)
-        self.layers = torch.nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_hidden_layers))
+        self.layers = torch.nn.ModuleList(DecoderLayer(spec, i, recompute_modules) for i in range(spec.num_hidden_layers))
         self.final_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.dtype)
         self.output_layer = _vocab_param(spec)
 

@@ -43,8 +43,9 @@ def build_rank_model(config, device: torch.device, pad_id: int):
         raise ValueError("the megatron backend runs pp=1, cp=1 (mHC forbids PP, KDA has no CP path)")
     init_parallel(*resolved_mesh(config.trainer.mesh))
     spec = ModelSpec.from_arch(config.model.arch, config.model.dtype, pad_id)
-    recompute = config.trainer.recompute.granularity.value != "none"
-    model = build_model(spec, device, recompute_layers=recompute)
+    granularity = config.trainer.recompute.granularity.value
+    modules = frozenset(config.trainer.recompute.modules) if granularity == "selective" else frozenset()
+    model = build_model(spec, device, recompute_layers=granularity == "full", recompute_modules=modules)
     if config.model.hf_path:
         load_hf_state(model, read_hf_checkpoint(config.model.hf_path))
     else:
