@@ -39,6 +39,20 @@ def wrap_for_training(model: torch.nn.Module, lr: float, weight_decay: float, gr
     return ddp, get_megatron_optimizer(opt_config, [ddp])
 
 
+def sum_grads_without_ddp(model: torch.nn.Module) -> None:
+    """What DDP + finalize_model_grads do, as sums, for a model Megatron's DDP cannot wrap
+    (CPU): TP-duplicated weights over TP, experts over expert-DP, the rest over DP."""
+    tp_group, dp_group, edp_group = (ps.get_tensor_model_parallel_group(), ps.get_data_parallel_group(),
+                                     ps.get_expert_data_parallel_group())
+    for param in model.parameters():
+        if param.grad is None:
+            continue
+        if getattr(param, "sequence_parallel", False):
+            torch.distributed.all_reduce(param.grad, group=tp_group)
+        expert = getattr(param, "allreduce", True) is False
+        torch.distributed.all_reduce(param.grad, group=edp_group if expert else dp_group)
+
+
 def train_step(ddp: DistributedDataParallel, optimizer, micro_losses: list[Callable[[], torch.Tensor]]) -> dict:
     """Accumulate grads over micro-batch loss closures, sync them, take one optimizer step."""
     ddp.zero_grad_buffer()

@@ -1,6 +1,6 @@
 """Build the Megatron GLM-5.3-Flash for a trainer rank: parallel state, model, weights, LoRA,
-optimizer (Megatron DDP + distributed optimizer on GPU; torch AdamW on a CPU world of one,
-where Megatron's grad buffers cannot live).
+optimizer (Megatron DDP + distributed optimizer on GPU; torch AdamW with summed grads on
+CPU, where Megatron's grad buffers cannot live).
 """
 import glob
 import os
@@ -59,13 +59,16 @@ def build_rank_model(config, device: torch.device, pad_id: int):
 
 
 def build_optimizer(model, config, device: torch.device):
-    """(model to call, optimizer, uses_megatron_ddp)."""
+    """(model to call, optimizer, uses_megatron_ddp); on CPU grads are synced by
+    optim.sum_grads_without_ddp (Megatron's grad buffers need CUDA)."""
     opt = config.trainer.optimizer
     if device.type == "cuda":
         ddp, optimizer = wrap_for_training(model, opt.lr, opt.weight_decay, opt.grad_clip, opt.cpu_offload)
         return ddp, optimizer, True
-    if torch.distributed.get_world_size() > 1:
-        raise ValueError("the megatron backend on CPU runs one rank only (Megatron's grad buffers need CUDA)")
+    tp, ep, etp = resolved_mesh(config.trainer.mesh)
+    if tp * ep * etp > 1:
+        raise ValueError(f"trainer.mesh tp={tp} ep={ep} etp={etp} on CPU: the CPU path clips by the local grad norm, "
+                         "so it runs data parallel only (tp=ep=etp=1); model parallelism needs GPUs")
     params = [p for p in model.parameters() if p.requires_grad]
     return model, torch.optim.AdamW(params, lr=opt.lr, weight_decay=opt.weight_decay), False
 

@@ -4,7 +4,8 @@ micro-batches, the same RL losses as the hf trainer.
 Ranks of one TP group receive the same TrainShard (the TrainerGroup deals shards per
 data-parallel rank). Each rank's loss is already divided by the whole mini-batch's
 normaliser, so it is multiplied by the DP size before backward: Megatron's DDP averages
-over DP, which then yields the sum the losses are built for (as the hf trainer's sum).
+over DP, which then yields the sum the losses are built for (as the hf trainer's sum). On
+CPU (no Megatron DDP) the grads are summed directly.
 export_weights, save_checkpoint and load_checkpoint gather or scatter shards: with more
 than one model-parallel rank they must be called on every rank.
 """
@@ -27,6 +28,7 @@ from launcher.rl.grpo import IS_WEIGHT_CAP, token_weights
 from launcher.rl.tokenizer import make_tokenizer
 from model.megatron import token_logprobs
 from model.megatron.entropy import token_entropy
+from model.megatron.optim import sum_grads_without_ddp
 from model.megatron.parallel import tp_size
 from model.megatron.weights import export_hf_state
 
@@ -122,7 +124,7 @@ class MegatronTrainer:
         sums = {"loss": 0.0, "tokens": 0.0}
         for batch in self._batches(shard):
             loss, stats = self._micro_loss(shard, batch)
-            (loss * self.dp).backward()
+            (loss * self.dp if self.megatron_ddp else loss).backward()
             sums["loss"] += float(loss.detach())
             sums["tokens"] += float(batch.mask_BT.sum())
             for key, value in stats.items():
@@ -140,6 +142,7 @@ class MegatronTrainer:
             finalize_model_grads([self.runner])
             _, grad_norm, _ = self.optimizer.step()
             return float(grad_norm or 0.0)
+        sum_grads_without_ddp(self.model)
         params = [p for p in self.model.parameters() if p.requires_grad]
         clip = self.cfg.trainer.optimizer.grad_clip
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
