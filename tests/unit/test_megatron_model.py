@@ -86,3 +86,41 @@ def test_selective_recompute_keeps_gradients(models):
         token_logprobs(model(ids, pack_lengths([40], "cpu")), ids.roll(-1)).sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def _hf_layers(hf):
+    return hf.model.language_model.layers
+
+
+def test_mhc_module_matches_hf(models):
+    hf, meg = models
+    streams = torch.randn(1, 37, 4, 64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = _hf_layers(hf)[1].ffn_hc(streams)
+        got = meg.layers[1].ffn_hc(streams[0])
+    for w, g in zip(want, got, strict=True):
+        assert torch.allclose(w[0], g, atol=1e-6), (w[0] - g).abs().max()
+
+
+def test_kda_module_matches_hf(models):
+    from model.megatron import pack_lengths
+
+    hf, meg = models
+    x = torch.randn(1, 50, 64, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = _hf_layers(hf)[0].self_attn(x)[0]
+        got = meg.layers[0].self_attention(x[0], pack_lengths([50], "cpu"))
+    assert torch.allclose(want, got, atol=1e-5), (want - got).abs().max()
+
+
+def test_kpool_indexer_selects_the_same_keys_as_hf(models):
+    hf, meg = models
+    seq = 61  # past index_topk (16) and not a multiple of the pool (4): pools are chosen, the tail is kept
+    x = torch.randn(1, seq, 64, generator=torch.Generator().manual_seed(6))
+    q_resid = torch.randn(1, seq, 32, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        topk = _hf_layers(hf)[3].self_attn.indexer(x, q_resid, torch.ones(1, seq, dtype=torch.bool), None)[0]
+        got_ST = meg.layers[3].self_attention.indexer(x[0], q_resid[0])
+    want_ST = torch.zeros(seq, seq + 1, dtype=torch.bool).scatter_(1, topk.long().clamp(min=-1) % (seq + 1), True)[:, :seq]
+    assert torch.equal(want_ST, got_ST)
+    assert got_ST.sum(-1).max() < seq  # really sparse
