@@ -13,7 +13,7 @@ from tests.unit.megatron_world import megatron_core  # noqa: F401  (skips withou
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.slow  # two spawned processes: ~75 s on the 2-core machine
+pytestmark = pytest.mark.slow  # two spawned processes: 20-75 s on the 2-core machine, load-dependent
 
 LENGTHS = [24, 20, 30, 22]
 MESHES = {"tp2": (2, 1, 1), "ep2_dp2": (1, 2, 1), "tp2_ep2": (2, 2, 1), "tp2_etp2": (2, 1, 2), "dp2": (1, 1, 1)}
