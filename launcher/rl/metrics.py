@@ -25,7 +25,7 @@ def _fmt_duration(seconds: float) -> str:
 
 def console_line(m: dict) -> str:
     line = (f"step {m['step']:>4}/{m['steps']} | reward {m['reward']:.3f} acc {m['accuracy']:.2f} | "
-            f"kl {m.get('kl', 0.0):.4f} ent {m.get('entropy', 0.0):.3f} | len {m['response_len']:.1f} | "
+            f"kl {max(m.get('kl', 0.0), 0.0):.4f} ent {m.get('entropy', 0.0):.3f} | len {m['response_len']:.1f} | "
             f"rollout {m['rollout_s']:.2f}s train {m['train_s']:.2f}s sync {m['sync_s']:.2f}s | "
             f"{m['tokens_per_s']:.0f} tok/s | eta {_fmt_duration(m['eta_s'])}")
     if "staleness_max" in m:

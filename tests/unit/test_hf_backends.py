@@ -30,8 +30,9 @@ def _max_gap(a, b):
     return max(abs(x - y) for u, v in zip(a, b, strict=True) for x, y in zip(u, v, strict=True))
 
 
-@pytest.mark.parametrize("overrides", [[], LORA + ["trainer.lora.merge=true"], LORA + ["trainer.lora.merge=false"]],
-                         ids=["full", "lora_merged", "lora_adapter"])
+@pytest.mark.parametrize("overrides", [[], LORA + ["trainer.lora.merge=true"], LORA + ["trainer.lora.merge=false"],
+                                       ["model=tiny_qwen3"]],
+                         ids=["full", "lora_merged", "lora_adapter", "plain_causal_lm"])
 def test_engine_and_trainer_agree_before_and_after_training(overrides):
     trainer, engine = _pair(overrides)
     gen = _generate(engine)
