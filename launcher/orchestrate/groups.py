@@ -4,6 +4,8 @@ Every blocking call goes through `_get`, which turns a dead actor into ActorDied
 naming the actor, its pid and slot, so a crash reads as "trainer rank 1 (pid 4242, node 0
 GPU 1) died during train_step" rather than a Ray traceback.
 """
+import re
+
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -36,7 +38,7 @@ class _Group:
     def _get(self, refs: list, what: str) -> list:
         out = []
         for ref, label, info in zip(refs, self.labels, self.info, strict=True):
-            out.append(get_one(ref, f"{label} (pid {info['pid']}, node {info['node']} GPU {info['gpu']})", what))
+            out.append(get_one(ref, _who(label, info), what))
         return out
 
     def call(self, method: str, *args) -> list:
@@ -47,12 +49,19 @@ class _Group:
             info["pid"] = pid
 
 
+def _who(label: str, info: dict) -> str:
+    pid = f"pid {info['pid']}, " if info["pid"] else ""
+    return f"{label} ({pid}node {info['node']} GPU {info['gpu']})"
+
+
 def get_one(ref, who: str, what: str):
     try:
         return ray.get(ref)
     except ray.exceptions.RayActorError as err:
-        cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ActorDiedError(f"{who} died during {what}: {cause}") from err
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines() or [type(err).__name__]
+        if getattr(err, "actor_init_failed", False):  # the constructor raised: its last line says why
+            raise ActorDiedError(f"{who} failed to start: {lines[-1]}") from err
+        raise ActorDiedError(f"{who} died during {what}: {lines[0]}") from err
 
 
 class TrainerGroup(_Group):
@@ -129,9 +138,7 @@ class EngineGroup(_Group):
     def result(self, ref):
         engine = self._owner.pop(ref)
         self.in_flight[engine] -= 1
-        info = self.info[engine]
-        return get_one(ref, f"{self.labels[engine]} (pid {info['pid']}, node {info['node']} GPU {info['gpu']})",
-                       "generate")
+        return get_one(ref, _who(self.labels[engine], self.info[engine]), "generate")
 
     def update_weights(self, update_ref, wait: bool) -> None:
         refs = [a.update_weights.remote(update_ref) for a in self.actors]

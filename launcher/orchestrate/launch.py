@@ -71,7 +71,15 @@ def _start_groups(config, plan, run_dir: Path, embedded: bool):
     trainers.start()
     engines.wait_ready()
     (run_dir / "actors.json").write_text(json.dumps(trainers.info + engines.info, indent=2))
+    where = "embedded Ray" if embedded else f"Ray at {config.cluster.ray_address}"
+    sys.stdout.write(f"{where}, {plan.placement.mode}: trainer ranks {_slots(trainers.info)} (dp {plan.mesh.dp}), "
+                     f"engines {_slots(engines.info)}; run dir {run_dir}\n")
     return trainers, engines
+
+
+def _slots(infos: list[dict]) -> str:
+    """`node0/gpu0, node0/gpu1` for the start-up line."""
+    return ", ".join(f"node{i['node']}/gpu{i['gpu']}" for i in infos)
 
 
 def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:

@@ -39,26 +39,41 @@ def _generate_round(rt: Runtime, step: int, round_index: int, n_prompts: int, ba
     return scored
 
 
+def fill_groups(generate_round, keep_group, wanted: int, max_regenerations: int) -> tuple[list, list, int]:
+    """DAPO dynamic sampling: generate, keep groups `keep_group` accepts, and generate again
+    for the shortfall, at most max_regenerations more rounds.
+
+    `generate_round(round_index, n_prompts)` returns (round, group index, Group) tuples.
+    Returns (kept groups in (round, index) order, at most `wanted`; every group seen; rounds).
+    """
+    kept, seen, rounds = [], [], 0
+    while True:
+        scored = generate_round(rounds, wanted - len(kept))
+        seen += [s[2] for s in scored]
+        kept += [s for s in scored if keep_group(torch.tensor(s[2].rewards))]
+        rounds += 1
+        if len(kept) >= wanted or rounds > max_regenerations:
+            break
+    kept.sort(key=lambda s: (s[0], s[1]))  # completion order varies; training order must not
+    return [s[2] for s in kept[:wanted]], seen, rounds
+
+
 def collect_groups(rt: Runtime, step: int) -> tuple[list, dict]:
     """The step's training groups (in a deterministic order) and generation statistics."""
     alg = rt.config.algorithm
-    wanted, kept, seen, rounds = alg.prompts_per_step, [], [], 0
     started = time.monotonic()
-    bar = tqdm(total=wanted * alg.samples_per_prompt, desc=f"step {step} generate", unit="seq", leave=False,
-               disable=not sys.stderr.isatty())
-    while True:
-        scored = _generate_round(rt, step, rounds, wanted - len(kept), bar)
-        seen += [s[2] for s in scored]
-        kept += [s for s in scored if rt.algorithm.keep_group(torch.tensor(s[2].rewards))]
-        rounds += 1
-        if len(kept) >= wanted or rounds > alg.dynamic_sampling.max_regenerations:
-            break
-        bar.total += (wanted - len(kept)) * alg.samples_per_prompt
+    bar = tqdm(desc=f"step {step} generate", unit="seq", leave=False, disable=not sys.stderr.isatty())
+
+    def generate_round(round_index: int, n_prompts: int) -> list:
+        bar.total = (bar.total or 0) + n_prompts * alg.samples_per_prompt
+        return _generate_round(rt, step, round_index, n_prompts, bar)
+
+    groups, seen, rounds = fill_groups(generate_round, rt.algorithm.keep_group, alg.prompts_per_step,
+                                       alg.dynamic_sampling.max_regenerations)
     bar.close()
-    kept.sort(key=lambda s: (s[0], s[1]))
     stats = generation_summary(seen, time.monotonic() - started)
-    stats.update(groups_kept=min(len(kept), wanted), regenerations=rounds - 1)
-    return [s[2] for s in kept[:wanted]], stats
+    stats.update(groups_kept=len(groups), regenerations=rounds - 1)
+    return groups, stats
 
 
 def run_sync(rt: Runtime) -> None:

@@ -1,0 +1,68 @@
+"""DAPO dynamic sampling with a real hf engine (no Ray): groups without reward variance are
+dropped and regenerated from new prompts, at most max_regenerations extra rounds."""
+import pytest
+import torch
+
+from launcher.backends import engine_class
+from launcher.compose import compose
+from launcher.rl.algorithm import make_algorithm
+from launcher.rl.dapo import has_signal
+from launcher.rl.data import PromptStream
+from launcher.rl.loop_sync import fill_groups
+from launcher.rl.rollout import make_chunks, sampling_params, score_group, split_generation
+from launcher.rl.tokenizer import CharTokenizer
+
+SAMPLES = 4
+
+
+def has_signal_of(group) -> bool:
+    return has_signal(torch.tensor(group.rewards))
+
+
+def _setup(max_regenerations: int):
+    cfg = compose(["recipe=tiny_dapo_async", f"algorithm.samples_per_prompt={SAMPLES}",
+                   f"algorithm.dynamic_sampling.max_regenerations={max_regenerations}"]).config
+    tok = CharTokenizer(64)
+    return cfg, tok, PromptStream(cfg.data, 0, tok), engine_class("hf")(cfg, 0), make_algorithm(cfg.algorithm)
+
+
+def _rounds(cfg, tok, stream, engine, algorithm, log: list):
+    position = [0]
+
+    def generate_round(round_index: int, n_prompts: int) -> list:
+        problems = stream.take(position[0], n_prompts)
+        position[0] += n_prompts
+        log.append(n_prompts)
+        prompt_ids = [tok.encode(p.prompt) for p in problems]
+        out = []
+        for members, request in make_chunks(prompt_ids, SAMPLES, n_prompts, sampling_params(cfg.algorithm),
+                                            lambda c: 1000 * round_index + c):
+            gen = engine.generate(request)
+            for g, rows in split_generation(members, gen, SAMPLES):
+                out.append((round_index, g, score_group(problems[g], prompt_ids[g], gen, rows, stream.task, tok,
+                                                        algorithm)))
+        return out
+
+    return generate_round
+
+
+@pytest.mark.parametrize("max_regenerations", [0, 3])
+def test_dropped_groups_are_regenerated_up_to_the_limit(max_regenerations):
+    cfg, tok, stream, engine, algorithm = _setup(max_regenerations)
+    asked: list[int] = []
+    wanted = 8
+    kept, seen, rounds = fill_groups(_rounds(cfg, tok, stream, engine, algorithm, asked), algorithm.keep_group,
+                                     wanted, max_regenerations)
+    # A random-init policy scores most samples 0: many groups have nothing to teach.
+    assert any(not has_signal_of(g) for g in seen)
+    assert all(has_signal_of(g) for g in kept)
+    assert 1 <= rounds <= max_regenerations + 1
+    assert asked[0] == wanted and len(asked) == rounds
+    for i in range(1, rounds):  # each extra round asks exactly for the shortfall
+        kept_before = sum(has_signal_of(g) for g in seen[: sum(asked[:i])])
+        assert asked[i] == wanted - kept_before
+    assert len(kept) == min(wanted, sum(has_signal_of(g) for g in seen))
+    if max_regenerations == 0:
+        assert rounds == 1 and len(seen) == wanted
+    else:
+        assert rounds > 1  # seed 0: the first round leaves a shortfall
