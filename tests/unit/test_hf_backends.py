@@ -107,3 +107,24 @@ def test_entropy_bonus_reaches_the_gradient():
     for _ in range(3):
         after = trainer.train_step(shard)["entropy"]
     assert after > before
+
+
+def test_micro_batches_respect_the_token_budget():
+    from launcher.backends.hf._batch import split_rows
+
+    # rows x longest length <= 12: [5, 6] fit (2 x 6), a third row of 6 would need 18
+    assert split_rows([5, 6, 6, 2, 2, 13], max_tokens=12) == [[0, 1], [2, 3], [4], [5]]
+
+
+def test_top_p_restricts_sampling_but_reports_the_full_log_prob():
+    import torch
+
+    from launcher.backends.hf._compute import sample_next
+
+    logits_BV = torch.log(torch.tensor([[0.6, 0.3, 0.1]])).repeat(200, 1)
+    gen = torch.Generator().manual_seed(0)
+    tokens_B, logp_B = sample_next(logits_BV, temperature=1.0, top_p=0.5, generator=gen)
+    assert set(tokens_B.tolist()) == {0}
+    assert torch.allclose(logp_B, torch.full_like(logp_B, float(torch.log(torch.tensor(0.6)))))
+    tokens_B, _ = sample_next(logits_BV, temperature=1.0, top_p=0.8, generator=gen)
+    assert set(tokens_B.tolist()) == {0, 1}
