@@ -70,6 +70,7 @@ class TrainerGroup(_Group):
     def __init__(self, cls, config, plan, placement):
         super().__init__()
         self.world, self.dp = plan.mesh.world, plan.mesh.dp
+        self.model_parallel = plan.mesh.world != plan.mesh.dp or plan.mesh.ep * plan.mesh.etp > 1
         remote_cls = ray.remote(cls)
         for rank, gpu_slot in enumerate(plan.placement.trainer_slots):
             slot = placement.slot(gpu_slot)
@@ -103,8 +104,15 @@ class TrainerGroup(_Group):
         return out
 
     def export_weights(self, version: int, with_base: bool):
-        """ObjectRef of rank 0's WeightUpdate (stays in the object store, fetched by engines)."""
-        return self.actors[0].export_weights.remote(version, with_base)
+        """ObjectRef of rank 0's WeightUpdate (stays in the object store, fetched by engines).
+
+        With tensor/expert/pipeline parallelism the export gathers shards across ranks, so
+        every rank must enter it; the other ranks' results are awaited, never fetched."""
+        if not self.model_parallel:
+            return self.actors[0].export_weights.remote(version, with_base)
+        refs = [actor.export_weights.remote(version, with_base) for actor in self.actors]
+        ray.wait(refs[1:], num_returns=len(refs) - 1, fetch_local=False)
+        return refs[0]
 
 
 class EngineGroup(_Group):
@@ -115,7 +123,10 @@ class EngineGroup(_Group):
         remote_cls = ray.remote(cls)
         for index, gpu_slots in enumerate(plan.placement.engine_slots):
             slot = placement.slot(gpu_slots[0])
-            handle = remote_cls.options(**_options(slot, f"engine-{index}")).remote(config, index)
+            options = _options(slot, f"engine-{index}")
+            if len(gpu_slots) > 1:
+                options.pop("num_gpus", None)  # a multi-GPU engine's own per-GPU workers claim the GPUs
+            handle = remote_cls.options(**options).remote(config, index)
             self._add(handle, f"engine {index}", slot)
         self.least_loaded = config.inference.router.policy.value == "least_loaded"
         self.in_flight = [0] * len(self.actors)
