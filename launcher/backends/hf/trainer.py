@@ -7,11 +7,11 @@ single-process gradient whatever the split of sequences over ranks.
 import copy
 import os
 import random
-import socket
 
 import torch
 import torch.distributed as dist
 
+from launcher.backends._rendezvous import free_address
 from launcher.backends.hf import _lora
 from launcher.backends.hf._batch import grid, micro_batches, ungrid
 from launcher.backends.hf._compute import logits_of, target_logprobs
@@ -51,11 +51,7 @@ class HfTrainer:
 
     def master_address(self) -> tuple[str, int]:
         """This rank's address and a free port, for rank 0 to host the process group."""
-        import ray
-
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            return ray.util.get_node_ip_address(), sock.getsockname()[1]
+        return free_address()
 
     def init_distributed(self, master_addr: str, master_port: int) -> None:
         if self.world == 1:

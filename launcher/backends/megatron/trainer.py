@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from megatron.core.distributed import finalize_model_grads
 
+from launcher.backends._rendezvous import free_address
 from launcher.backends.hf._batch import grid, ungrid
 from launcher.backends.hf._lora import lora_kwargs
 from launcher.backends.megatron import _model
@@ -47,13 +48,8 @@ class MegatronTrainer:
         return os.getpid()
 
     def master_address(self) -> tuple[str, int]:
-        import socket
-
-        import ray
-
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            return ray.util.get_node_ip_address(), sock.getsockname()[1]
+        """This rank's address and a free port, for rank 0 to host the process group."""
+        return free_address()
 
     def init_distributed(self, master_addr: str, master_port: int) -> None:
         """Process group, Megatron's TP/EP groups, the model and its optimizer."""
