@@ -11,15 +11,15 @@ import random
 import torch
 import torch.distributed as dist
 
+from launcher.backends._loss import micro_loss
 from launcher.backends._rendezvous import free_address
 from launcher.backends.hf import _lora
-from launcher.backends.hf._batch import grid, micro_batches, ungrid
+from launcher.backends.hf._batch import micro_batches, ungrid
 from launcher.backends.hf._compute import logits_of, target_logprobs
 from launcher.backends.hf._model import VISION_PREFIX, build_model, language_state
 from launcher.backends.protocols import TrainShard, WeightUpdate
 from launcher.backends.registry import TRAINERS
-from launcher.rl.algorithm import LossInputs, make_algorithm
-from launcher.rl.grpo import IS_WEIGHT_CAP, k3_kl_BT, token_weights
+from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
 
 
@@ -88,29 +88,7 @@ class HfTrainer:
 
     def _micro_loss(self, shard: TrainShard, mb) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logp_BT, entropy_BT = self._forward(self.model, mb, with_entropy=True)
-        if not self.algorithm.entropy_coef:
-            entropy_BT = entropy_BT.detach()
-        dev = self.device
-        old_BT = grid(shard.old_logprobs, mb, shard.prompt_lens).to(dev) if shard.old_logprobs else logp_BT.detach()
-        is_weight_BT = torch.ones_like(logp_BT)
-        rollout_BT = None
-        if shard.rollout_logprobs is not None:
-            rollout_BT = grid(shard.rollout_logprobs, mb, shard.prompt_lens).to(dev)
-            is_weight_BT = torch.exp(old_BT - rollout_BT).clamp(max=IS_WEIGHT_CAP)
-        mask_BT = mb.mask_BT.to(dev)
-        inputs = LossInputs(
-            logp_BT=logp_BT, old_logp_BT=old_BT,
-            adv_B=torch.tensor([shard.advantages[r] for r in mb.rows], device=dev),
-            mask_BT=mask_BT, entropy_BT=entropy_BT, is_weight_BT=is_weight_BT * mask_BT,
-            weight_BT=token_weights(mask_BT, self.algorithm.loss_agg, shard.tokens_in_mini_batch,
-                                    shard.seqs_in_mini_batch),
-            ref_logp_BT=self._ref_logprobs(mb) if self.algorithm.kl_coef > 0 else None,
-        )
-        loss, stats = self.algorithm.loss(inputs)
-        stats["is_weight"] = (is_weight_BT * mask_BT).sum().detach()
-        if rollout_BT is not None:
-            stats["rollout_kl"] = (k3_kl_BT(old_BT, rollout_BT) * mask_BT).sum().detach()
-        return loss, stats
+        return micro_loss(self.algorithm, shard, mb, logp_BT, entropy_BT, lambda: self._ref_logprobs(mb))
 
     def train_step(self, shard: TrainShard) -> dict[str, float]:
         """One optimizer step on this rank's share of a mini-batch; returns summed statistics."""

@@ -15,8 +15,9 @@ import torch
 import torch.distributed as dist
 from megatron.core.distributed import finalize_model_grads
 
+from launcher.backends._loss import micro_loss
 from launcher.backends._rendezvous import free_address
-from launcher.backends.hf._batch import grid, ungrid
+from launcher.backends.hf._batch import ungrid
 from launcher.backends.hf._lora import lora_kwargs
 from launcher.backends.megatron import _model
 from launcher.backends.megatron._export import adapter_tensors
@@ -24,8 +25,7 @@ from launcher.backends.megatron._pack import pack_shard
 from launcher.backends.megatron._state import DeviceMover, lora_disabled
 from launcher.backends.protocols import TrainShard, WeightUpdate
 from launcher.backends.registry import TRAINERS
-from launcher.rl.algorithm import LossInputs, make_algorithm
-from launcher.rl.grpo import IS_WEIGHT_CAP, token_weights
+from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
 from model.megatron import token_logprobs
 from model.megatron.entropy import token_entropy
@@ -95,23 +95,7 @@ class MegatronTrainer:
 
     def _micro_loss(self, shard: TrainShard, batch):
         logp_BT, entropy_BT = self._logp_grid(self.runner, batch, with_entropy=True)
-        if not self.algorithm.entropy_coef:
-            entropy_BT = entropy_BT.detach()
-        dev = self.device
-        old_BT = grid(shard.old_logprobs, batch, shard.prompt_lens).to(dev) if shard.old_logprobs else logp_BT.detach()
-        is_weight_BT = torch.ones_like(logp_BT)
-        if shard.rollout_logprobs is not None:
-            rollout_BT = grid(shard.rollout_logprobs, batch, shard.prompt_lens).to(dev)
-            is_weight_BT = torch.exp(old_BT - rollout_BT).clamp(max=IS_WEIGHT_CAP)
-        mask_BT = batch.mask_BT
-        inputs = LossInputs(
-            logp_BT=logp_BT, old_logp_BT=old_BT, adv_B=torch.tensor([shard.advantages[r] for r in batch.rows], device=dev),
-            mask_BT=mask_BT, entropy_BT=entropy_BT, is_weight_BT=is_weight_BT * mask_BT,
-            weight_BT=token_weights(mask_BT, self.algorithm.loss_agg, shard.tokens_in_mini_batch, shard.seqs_in_mini_batch),
-            ref_logp_BT=self._ref_logprobs(batch) if self.algorithm.kl_coef > 0 else None)
-        loss, stats = self.algorithm.loss(inputs)
-        stats["is_weight"] = (is_weight_BT * mask_BT).sum().detach()
-        return loss, stats
+        return micro_loss(self.algorithm, shard, batch, logp_BT, entropy_BT, lambda: self._ref_logprobs(batch))
 
     def train_step(self, shard: TrainShard) -> dict[str, float]:
         """One optimizer step on this rank's share of a mini-batch; returns summed statistics."""
