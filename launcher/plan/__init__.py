@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from launcher.plan._arch import ArchFacts, facts
+from launcher.plan._arch import ArchFacts, arch_key, facts
 from launcher.plan._origin import Origins
 from launcher.plan.batch import BatchPlan, plan_batch
 from launcher.plan.env import plan_env
@@ -54,8 +54,9 @@ class Plan:
 
 def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) -> Plan:
     log = Origins()
-    arch = facts(cfg.model.arch)
-    params = count_params(cfg.model.arch)
+    key = arch_key(cfg.model.arch)
+    arch = facts(cfg.model.arch, key)
+    params = count_params(cfg.model.arch, key)
     log.add("params.total", f"{params.total:,}", "architecture fields (exact count)")
     log.add("params.active", f"{params.active:,}", f"top-{cfg.model.arch.num_experts_per_tok} routed experts per token")
     mesh = plan_mesh(cfg, log)

@@ -57,10 +57,10 @@ def arch_key(arch: ArchConfig) -> tuple:
     return tuple(tuple(v) if type(v) is list else v for v in values)
 
 
-def facts(arch: ArchConfig) -> ArchFacts:
+def facts(arch: ArchConfig, key: tuple | None = None) -> ArchFacts:
     """Memoised: rules and planner ask for the same facts many times per point and mesh
-    search plans thousands of points of one architecture."""
-    key = arch_key(arch)
+    search plans thousands of points of one architecture. `key`: arch_key(arch) if known."""
+    key = arch_key(arch) if key is None else key
     if key not in _FACTS:
         _FACTS[key] = _facts(arch)
     return _FACTS[key]

@@ -90,9 +90,10 @@ def attention_split(a: ArchConfig, kind: str, indexer: str) -> Split:
     return gqa_split(a)
 
 
-def count_params(a: ArchConfig) -> ParamCounts:
-    """Exact counts; memoised per architecture (mesh search plans one model many times)."""
-    key = arch_key(a)
+def count_params(a: ArchConfig, key: tuple | None = None) -> ParamCounts:
+    """Exact counts; memoised per architecture (mesh search plans one model many times).
+    `key`: the caller's arch_key(a), when it already has one."""
+    key = arch_key(a) if key is None else key
     if key not in _COUNTS:
         _COUNTS[key] = _count_params(a)
     return _COUNTS[key]
