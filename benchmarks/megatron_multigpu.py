@@ -1,14 +1,19 @@
-"""Issue 8: the 4-layer slice on 2 GPUs (TP2, EP2 ETP1, TP2+EP2, DP2) against one-GPU HF.
+"""Issue 8: Megatron meshes on 2 GPUs (DP2, EP2 ETP1, TP2, TP2+EP2) against one-GPU HF.
 
-    torchrun --nproc-per-node 2 benchmarks/megatron_multigpu.py --out multigpu.json   (PYTHONPATH=.)
+    PYTHONPATH=. torchrun --nproc-per-node 2 benchmarks/megatron_multigpu.py --out multigpu.jsonl
+    smoke test (CPU, gloo):  ... --device cpu --model tiny --tokens 256
 
-Per mesh: KL(HF || Megatron) and |dlogp| on one 4096-token sequence (every DP replica runs
-it), LoRA B-gradient cosine against HF's full-weight gradient (lora_B = 0, so dL/dB = s G A^T),
-peak memory per GPU against the planner, and LoRA fwd+bwd tokens/s per GPU. The HF
-reference runs once per GPU before any mesh (so expected gradients are shared by all meshes).
-Written after the one-GPU runs; NOT yet run on two GPUs (device budget) - expect fixes.
+Per mesh, on every rank: KL(HF || Megatron) and |dlogp| on one sequence (every DP replica
+runs it); the LoRA B-gradient cosine against HF's full-weight gradient (lora_B = 0, so
+dL/dB = s G A^T); then LoRA training steps through Megatron's DDP and distributed optimizer
+(GPU only): step time, peak memory per GPU against the planner, tokens/s per GPU, and the
+cost model's training seconds for the same tokens (launcher/search/cost.py). The one-GPU
+figure is DP2's forward+backward before DDP wraps it: no collective runs there, so it is
+exactly one GPU's work. Meshes that keep the one-GPU kernel shapes run first (TP halves the
+KDA heads, which costs fresh Triton compiles). One JSON line per mesh as soon as it ends.
 """
 import argparse
+import gc
 import json
 import time
 from functools import partial
@@ -17,97 +22,179 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state as ps
 
-from benchmarks.megatron_throughput import DOMAIN_LORA_TARGETS, LORA_ALPHA, LORA_RANK, meg_loss, timed, train_step
+from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, meg_loss
 from launcher.compose import compose
 from launcher.plan import make_plan
+from launcher.search.cost import estimate_step
 from model.megatron import full_logits, pack_lengths
 from model.megatron.lora import apply_lora
+from model.megatron.optim import sum_grads_without_ddp, train_step, wrap_for_training
 from model.megatron.parity import cosine, kl_and_dlogp
 from model.megatron.shards import gather_full, shard_of
 from model.megatron.spec import ModelSpec
-from tests.gpu.megatron_setup import build_hf_on_gpu, expected_b_grads, hf_grads, init_distributed, megatron_from_hf_model
+from tests.gpu.megatron_setup import (
+    DOMAIN_LORA_TARGETS,
+    build_hf_on_gpu,
+    expected_b_grads,
+    hf_grads,
+    init_distributed,
+    megatron_from_hf_model,
+)
 
-MESHES = {"tp2": (2, 1, 1), "ep2_etp1": (1, 2, 1), "tp2_ep2": (2, 2, 1), "dp2": (1, 1, 1)}
+MESHES = {"dp2": (1, 1, 1), "ep2_etp1": (1, 2, 1), "tp2": (2, 1, 1), "tp2_ep2": (2, 2, 1)}
+TRAIN_SHARE_OF_COMPUTE = 6 / 8
+"""The cost model's compute is log-prob pass (2) + training (6) x active x tokens."""
 
 
-def reference(cfg, device, ids_T):
-    """HF logits and the expected LoRA grads (one GPU), then the HF weights on the host."""
-    hf = build_hf_on_gpu(cfg.model, seed=0, device=device)
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(step, device: torch.device, iters: int) -> float:
+    """Median seconds of `step` after one warm-up call (which compiles and autotunes)."""
+    step()
+    times = []
+    for _ in range(iters):
+        sync(device)
+        start = time.perf_counter()
+        step()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def reference(model_cfg, device, ids_T):
+    """HF logits and the expected LoRA grads on this GPU, then the HF weights on the host."""
+    hf = build_hf_on_gpu(model_cfg, seed=0, device=device)
     loss = torch.nn.functional.cross_entropy(hf(input_ids=ids_T[None], use_cache=False).logits[0, :-1].float(),
                                              ids_T[1:])
     loss.backward()
     with torch.no_grad():
-        logits = hf(input_ids=ids_T[None], use_cache=False).logits[0]
-    spec = ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype, pad_token_id=0)
+        logits = hf(input_ids=ids_T[None], use_cache=False).logits[0].cpu()
+    spec = ModelSpec.from_arch(model_cfg.arch, model_cfg.dtype, pad_token_id=0)
     a_values, want_dB = expected_b_grads(spec, hf_grads(hf), DOMAIN_LORA_TARGETS, LORA_RANK,
-                                         LORA_RANK // cfg.model.arch.num_experts_per_tok, LORA_ALPHA, seed=11)
+                                         LORA_RANK // model_cfg.arch.num_experts_per_tok, LORA_ALPHA, seed=11)
     hf.zero_grad(set_to_none=True)
-    return hf.cpu(), logits, a_values, want_dB
+    return hf.cpu(), logits, {k: v.cpu() for k, v in a_values.items()}, {k: v.cpu() for k, v in want_dB.items()}
 
 
-def sum_partial_grads(model) -> None:
-    for param in model.parameters():
-        if param.grad is None:
-            continue
-        if getattr(param, "sequence_parallel", False):
-            dist.all_reduce(param.grad, group=ps.get_tensor_model_parallel_group())
-
-
-def run_mesh(name, mesh, cfg, hf_cpu, ref_logits, a_values, want_dB, ids_T, device) -> dict:
-    init_distributed(*mesh)
-    meg = megatron_from_hf_model(hf_cpu, cfg.model, device)
-    single = pack_lengths([len(ids_T)], device)
-    with torch.no_grad():
-        parity = kl_and_dlogp(ref_logits[:-1].to(device), full_logits(meg(ids_T, single))[:-1], ids_T[1:])
-    apply_lora(meg, DOMAIN_LORA_TARGETS, LORA_RANK, LORA_ALPHA, normalize_moe_lora=True,
-               topk=cfg.model.arch.num_experts_per_tok)
+def lora_grad_cosine(meg, a_values, want_dB, ids_T, single, device) -> float:
+    """Worst per-adapter cosine of dL/dB against HF's, grads summed over the groups DDP
+    reduces them in (DP replicas all run the same tokens: a uniform scale, cosine ignores it)."""
     params = dict(meg.named_parameters())
     with torch.no_grad():
         for pname, value in a_values.items():
             params[pname].copy_(shard_of(value.to(device), params[pname]))
-    torch.cuda.reset_peak_memory_stats()
     meg_loss(meg, ids_T, single).backward()
-    sum_partial_grads(meg)
+    sum_grads_without_ddp(meg)
     got = {n: gather_full(params[n], params[n].grad).float() for n in want_dB}
-    cos = [cosine(got[n], want_dB[n].to(device)) for n in want_dB if want_dB[n].abs().sum() > 0]
-    step_s = timed(partial(train_step, meg, meg_loss, ids_T, single), iters=3)
-    plan = make_plan(compose(planner_overrides(cfg, mesh)).config)
-    peak = torch.cuda.max_memory_reserved() / 2**30
-    return {"mesh": name, "parity": parity, "lora_grad_cosine_min": min(cos),
-            "tokens_per_s_per_gpu": len(ids_T) / step_s / dist.get_world_size(),
-            "peak_reserved_gib": peak, "planner_gib": plan.memory.trainer.total_gib,
-            "measured_over_planner": peak / plan.memory.trainer.total_gib}
+    meg.zero_grad(set_to_none=True)
+    return min(cosine(got[n], want_dB[n].to(device)) for n in want_dB if want_dB[n].abs().sum() > 0)
 
 
-def planner_overrides(cfg, mesh) -> list[str]:
+def fwd_bwd(meg, ids_T, single) -> None:
+    meg.zero_grad(set_to_none=False)
+    meg_loss(meg, ids_T, single).backward()
+
+
+def training_steps(meg, ids_T, single, device, iters: int) -> dict:
+    """LoRA steps as the trainer backend takes them: Megatron DDP + distributed optimizer on
+    GPU, summed grads + plain Adam on CPU (Megatron's DDP needs CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        ddp, optimizer = wrap_for_training(meg, lr=1e-5, weight_decay=0.0, grad_clip=1.0)
+        step = partial(train_step, ddp, optimizer, [partial(meg_loss, ddp, ids_T, single)])
+    else:
+        optimizer = torch.optim.Adam([p for p in meg.parameters() if p.requires_grad], lr=1e-5)
+
+        def step():
+            fwd_bwd(meg, ids_T, single)
+            sum_grads_without_ddp(meg)
+            optimizer.step()
+    step_s = timed(step, device, iters)
+    peak = torch.cuda.max_memory_reserved() / 2**30 if device.type == "cuda" else 0.0
+    return {"step_s": step_s, "peak_reserved_gib": peak}
+
+
+def planner_overrides(model_name: str, mesh: tuple[int, int, int], tokens: int, world: int) -> list[str]:
     tp, ep, etp = mesh
-    return ["model=glm5_3_flash_4layer", "cluster=h200x1", "cluster.gpus_per_node=2", "trainer.backend=megatron",
+    return [f"model={model_name}", "cluster=h200x1", f"cluster.gpus_per_node={world}", "trainer.backend=megatron",
             f"trainer.mesh.tp={tp}", f"trainer.mesh.ep={ep}", f"trainer.mesh.etp={etp}",
-            f"trainer.mesh.sequence_parallel={str(tp > 1).lower()}", "trainer.max_tokens_per_microbatch=4096",
+            f"trainer.mesh.sequence_parallel={str(tp > 1).lower()}", f"trainer.max_tokens_per_microbatch={tokens}",
             f"trainer.lora.rank={LORA_RANK}", f"trainer.lora.alpha={LORA_ALPHA}", "trainer.lora.normalize_moe_lora=true",
             f"trainer.lora.targets=[{','.join(DOMAIN_LORA_TARGETS)}]"]
 
 
+def planner_view(model_name: str, mesh, tokens: int, world: int) -> dict:
+    """The planner's trainer memory per GPU and the cost model's seconds for this step's tokens
+    (tokens on each of dp ranks; the model's step has tokens_per_step)."""
+    cfg = compose(planner_overrides(model_name, mesh, tokens, world)).config
+    plan = make_plan(cfg)
+    est = estimate_step(cfg, plan)
+    share = tokens * (plan.mesh.dp or 1) / plan.batch.tokens_per_step
+    minis = max(plan.batch.mini_batches_per_step or 1, 1)
+    train_s = (est.compute_s * TRAIN_SHARE_OF_COMPUTE + est.tp_comm_s + est.moe_comm_s) * share + est.dp_comm_s / minis
+    return {"planner_gib": plan.memory.trainer.total_gib, "cost_model_train_s": train_s}
+
+
+def run_mesh(name, mesh, args, model_cfg, ref, ids_T, device) -> dict:
+    hf_cpu, ref_logits, a_values, want_dB = ref
+    init_distributed(*mesh, device_type=device.type)
+    meg = megatron_from_hf_model(hf_cpu, model_cfg, device)
+    single = pack_lengths([len(ids_T)], device)
+    with torch.no_grad():
+        parity = kl_and_dlogp(ref_logits[:-1].to(device), full_logits(meg(ids_T, single))[:-1], ids_T[1:])
+    apply_lora(meg, DOMAIN_LORA_TARGETS, LORA_RANK, LORA_ALPHA, normalize_moe_lora=True,
+               topk=model_cfg.arch.num_experts_per_tok)
+    grad_cos = lora_grad_cosine(meg, a_values, want_dB, ids_T, single, device)
+    tp, dp = ps.get_tensor_model_parallel_world_size(), ps.get_data_parallel_world_size()
+    fwd_bwd_s = timed(partial(fwd_bwd, meg, ids_T, single), device, args.iters)
+    steps = training_steps(meg, ids_T, single, device, args.iters)
+    row = {"mesh": name, "tp": tp, "ep": mesh[1], "etp": mesh[2], "dp": dp, "parity": parity,
+           "lora_grad_cosine_min": grad_cos, "fwd_bwd_s": fwd_bwd_s,
+           "fwd_bwd_tokens_per_s_per_gpu": len(ids_T) / (fwd_bwd_s * tp),
+           "step_tokens_per_s_per_gpu": len(ids_T) / (steps["step_s"] * tp), **steps,
+           **planner_view(args.model, mesh, len(ids_T), dist.get_world_size())}
+    if row["peak_reserved_gib"]:
+        row["measured_over_planner"] = row["peak_reserved_gib"] / row["planner_gib"]
+    row["measured_over_cost_model"] = steps["step_s"] / row["cost_model_train_s"]
+    return row
+
+
+def report(row: dict, out: str | None) -> None:
+    if dist.get_rank() != 0:
+        return
+    print(f"[{time.strftime('%H:%M:%S')}] {json.dumps(row)}", flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--model", default="glm5_3_flash_4layer")
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--meshes", default=",".join(MESHES), help="comma-separated names from MESHES")
+    parser.add_argument("--out", default=None, help="JSON lines, one per mesh (appended)")
     args = parser.parse_args()
-    device = init_distributed()
-    cfg = compose(["model=glm5_3_flash_4layer"]).config
-    ids_T = torch.randint(0, cfg.model.arch.vocab_size, (4096,), device=device,
-                          generator=torch.Generator(device=device).manual_seed(7))
-    hf_cpu, ref_logits, a_values, want_dB = reference(cfg, device, ids_T)
-    ref_logits = ref_logits.cpu()
-    torch.cuda.empty_cache()
-    results = []
-    for name, mesh in MESHES.items():
-        results.append(run_mesh(name, mesh, cfg, hf_cpu, ref_logits, a_values, want_dB, ids_T, device))
-        torch.cuda.empty_cache()
-        if dist.get_rank() == 0:
-            print(f"[{time.strftime('%H:%M:%S')}] {json.dumps(results[-1])}", flush=True)
-    if dist.get_rank() == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+    device = init_distributed(device_type=args.device)
+    model_cfg = compose([f"model={args.model}"]).config.model
+    gen = torch.Generator(device=device).manual_seed(7)
+    ids_T = torch.randint(0, model_cfg.arch.vocab_size, (args.tokens,), device=device, generator=gen)
+    ref = reference(model_cfg, device, ids_T)
+    report({"stage": "reference done"}, None)
+    for name in args.meshes.split(","):
+        row = run_mesh(name, MESHES[name], args, model_cfg, ref, ids_T, device)
+        if name == "dp2":
+            row["one_gpu_tokens_per_s"] = len(ids_T) / row["fwd_bwd_s"]
+        report(row, args.out)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

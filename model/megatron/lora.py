@@ -18,11 +18,13 @@ from model.megatron.parallel import ShardedLinear, mark_duplicated
 
 
 def _adapter(like: torch.Tensor, shape: tuple[int, ...], split_dim: int | None, std: float) -> torch.nn.Parameter:
+    """A split adapter keeps the base's partition stride: fc1's B rows are [gate_r; up_r] on
+    rank r like its base's, so gathering it with stride 1 would interleave gate and up."""
     values = torch.randn(shape, dtype=torch.float32, device=like.device).mul_(std)
     param = torch.nn.Parameter(values.to(like.dtype))
     if split_dim is None:
         return mark_duplicated(param)
-    set_tensor_model_parallel_attributes(param, True, split_dim, 1)
+    set_tensor_model_parallel_attributes(param, True, split_dim, getattr(like, "partition_stride", 1))
     return param
 
 

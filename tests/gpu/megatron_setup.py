@@ -15,18 +15,24 @@ DOMAIN_LORA_TARGETS = ["linear_q_down_proj", "linear_q_up_proj", "linear_kv_down
                        "f_a_proj", "g_a_proj", "o_proj"]
 
 
-def init_distributed(tp: int = 1, ep: int = 1, etp: int = 1) -> torch.device:
-    """NCCL group from torchrun's env (or a group of one) + Megatron's TP/EP/ETP groups."""
+def init_distributed(tp: int = 1, ep: int = 1, etp: int = 1, device_type: str = "cuda") -> torch.device:
+    """Process group from torchrun's env (or a group of one) + Megatron's TP/EP/ETP groups.
+
+    device_type "cpu" runs the same code over gloo: the benchmarks' smoke test on a laptop."""
     from model.megatron.build import init_parallel
 
+    backend = "nccl" if device_type == "cuda" else "gloo"
     if not dist.is_initialized():
         if "RANK" in os.environ:
-            dist.init_process_group("nccl")
+            dist.init_process_group(backend)
         else:
-            store = tempfile.NamedTemporaryFile(prefix="nccl-", delete=False).name
-            dist.init_process_group("nccl", init_method=f"file://{store}", rank=0, world_size=1)
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    torch.cuda.set_device(device)
+            store = tempfile.NamedTemporaryFile(prefix=f"{backend}-", delete=False).name
+            dist.init_process_group(backend, init_method=f"file://{store}", rank=0, world_size=1)
+    if device_type == "cpu":
+        device = torch.device("cpu")
+    else:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
     init_parallel(tp, ep, etp)
     return device
 

@@ -88,7 +88,30 @@ def _check_mesh(mesh, reference) -> dict:
                if want[n].abs().sum() > 0}
     worst = sorted(cosines, key=cosines.get)[:3]
     return {"worst_logit": (full_logits(logits_TVl.detach())[: len(flat)] - ref).abs().max().item(),
-            "worst_cosine": min(cosines.values()), "worst": [(n, round(cosines[n], 5)) for n in worst]}
+            "worst_cosine": min(cosines.values()), "worst": [(n, round(cosines[n], 5)) for n in worst],
+            "lora_gather_error": _lora_gather_error(model, experts=mesh[2] == 1)}
+
+
+def _lora_gather_error(model, experts: bool) -> float:
+    """Worst |gathered merged weight - (gathered base + s B A from gathered adapters)|: the
+    adapter export and the merged export must describe the same model on any mesh."""
+    from model.megatron.lora import apply_lora
+    from model.megatron.shards import gather_full, shard_of
+
+    targets = ["linear_fc1", "linear_fc2", "linear_proj", "linear_q_up_proj", "q_proj", "o_proj"]
+    apply_lora(model, targets if experts else targets[2:], rank=4, alpha=8.0)
+    gen = torch.Generator().manual_seed(3)
+    worst = 0.0
+    for module in model.modules():
+        if not hasattr(module, "lora_B"):
+            continue
+        with torch.no_grad():
+            full_B = torch.randn(gather_full(module.lora_B).shape, generator=gen)
+            module.lora_B.copy_(shard_of(full_B, module.lora_B))
+        a, b = gather_full(module.lora_A), gather_full(module.lora_B)
+        want = gather_full(module.weight) + module.scale * torch.matmul(b, a)
+        worst = max(worst, (gather_full(module.weight, module.merged_weight()) - want).abs().max().item())
+    return worst
 
 
 def _worker(rank: int, store: str, queue) -> None:
@@ -127,3 +150,4 @@ def test_mesh_matches_hf_logits_and_grads(mesh_results, name):
         stats = mesh_results[rank][name]
         assert stats["worst_logit"] < 1e-4, (rank, stats)
         assert stats["worst_cosine"] > 0.9999, (rank, stats)
+        assert stats["lora_gather_error"] < 1e-5, (rank, stats)
