@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One device call (H200 machine, wheels in .whl/, Triton cache in .tritonparts/): install the
+# carried wheels, restore the Triton/fla autotune cache, run the given steps each under its
+# own time limit, then hand the grown cache back in 15 MB parts. Usage, from the repo root:
+#   bash benchmarks/h200_session.sh "<seconds> <command>" ...      (logs and results in $OUT)
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+cat .tritonparts/triton.txz* | tar xJf - -C "$HOME"
+step=0
+for spec in "$@"; do
+    step=$((step + 1))
+    limit=${spec%% *}
+    echo "[$(date +%T)] step $step (limit ${limit}s): ${spec#* }" | tee -a "$OUT/session.log"
+    timeout "$limit" bash -c "${spec#* }" >"$OUT/step$step.log" 2>&1
+    echo "[$(date +%T)] step $step exit $?" | tee -a "$OUT/session.log"
+done
+tar cf - -C "$HOME" .triton | xz -T0 -3 | split -b 15M - "$OUT/triton.txz.part-"
