@@ -100,8 +100,11 @@ def fwd_bwd(meg, ids_T, single) -> None:
 
 def training_steps(meg, ids_T, single, device, iters: int) -> dict:
     """LoRA steps as the trainer backend takes them: Megatron DDP + distributed optimizer on
-    GPU, summed grads + plain Adam on CPU (Megatron's DDP needs CUDA)."""
+    GPU, summed grads + plain Adam on CPU (Megatron's DDP needs CUDA). The allocator's cache
+    is emptied first: the peak is then this mesh's training, not the HF reference's leftovers."""
     if device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         ddp, optimizer = wrap_for_training(meg, lr=1e-5, weight_decay=0.0, grad_clip=1.0)
         step = partial(train_step, ddp, optimizer, [partial(meg_loss, ddp, ids_T, single)])
@@ -185,6 +188,8 @@ def main() -> None:
     gen = torch.Generator(device=device).manual_seed(7)
     ids_T = torch.randint(0, model_cfg.arch.vocab_size, (args.tokens,), device=device, generator=gen)
     ref = reference(model_cfg, device, ids_T)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     report({"stage": "reference done"}, None)
     for name in args.meshes.split(","):
         row = run_mesh(name, MESHES[name], args, model_cfg, ref, ids_T, device)

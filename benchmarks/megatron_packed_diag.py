@@ -10,6 +10,7 @@ sequences, so only batch-shape-dependent arithmetic can move the first one. This
 first sequence alone and packed, records every sub-module's output on its tokens, and
 prints where the relative error first jumps and how many tokens change their experts; then
 repeats the logits comparison with cuBLAS's reduced-precision bf16 reductions turned off.
+`hf_shape_floor` is the same comparison for HF glm5_next (one sequence vs a longer one).
 """
 import argparse
 import json
@@ -62,6 +63,17 @@ def logits_kl(meg, ids_T, device) -> dict:
     return kl_and_dlogp(alone, packed, ids_T[:first].roll(-1))
 
 
+def shape_floor(hf, ids_T) -> dict:
+    """HF against itself: the first sequence alone, and as the start of one longer sequence.
+    Causality makes them equal in exact arithmetic; in bf16 only the batch shape differs, so
+    this is the KL any implementation of the model shows when only shapes change."""
+    first = LENGTHS[0]
+    with torch.no_grad():
+        alone = hf(input_ids=ids_T[None, :first], use_cache=False).logits[0]
+        longer = hf(input_ids=ids_T[None], use_cache=False).logits[0, :first]
+    return kl_and_dlogp(alone, longer, ids_T[:first].roll(-1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="glm5_3_flash_4layer")
@@ -74,8 +86,8 @@ def main() -> None:
                           generator=torch.Generator(device=device).manual_seed(7))
     hf = build_hf_on_gpu(cfg.model, seed=0, device=device)
     meg = megatron_from_hf_model(hf, cfg.model, device)
+    result = {"hf_shape_floor": shape_floor(hf, ids_T), "default_kl_first_seq": logits_kl(meg, ids_T, device)}
     del hf
-    result = {"default_kl_first_seq": logits_kl(meg, ids_T, device)}
     with torch.no_grad():
         alone, handles = record(meg, LENGTHS[0])
         meg(ids_T[: LENGTHS[0]], pack_lengths(LENGTHS[:1], device))
