@@ -5,6 +5,9 @@ Names follow Megatron's MLA (linear_q_down_proj, linear_kv_up_proj, linear_proj,
 LoRA targets read the same as in Megatron recipes. Down-projections, their norms and the
 indexer are duplicated over TP; up-projections split heads; linear_proj is row-parallel.
 Attention runs sequence by sequence with the indexer's boolean mask (PyTorch SDPA).
+A layer whose indexer_types entry is "shared" has no indexer: it attends with the masks
+the indexed layer just before it chose (HF's cross-layer top-k reuse), handed over in a
+TopkRelay that GlmModel gives both layers.
 megatron-core 0.19.2's DSAttention is not used: its indexer hard-wires RoPE, a Hadamard
 rotation and token-level (not pooled) top-k, and its attention is tied to absorbed-MLA
 layouts, so hosting k-pool selection there would mean replacing most of its forward.
@@ -20,9 +23,20 @@ from model.megatron.rmsnorm import RMSNorm
 from model.megatron.spec import ModelSpec
 
 
+class TopkRelay:
+    """The per-sequence masks of the latest forward of a full indexer layer, for the shared
+    layer after it. A plain object (not a Module), so it adds no parameters or state."""
+
+    masks: tuple[torch.Tensor, ...] = ()
+
+
 class SparseMLA(torch.nn.Module):
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, index: int):
         super().__init__()
+        self.relay_in: TopkRelay | None = None
+        """Set on a shared layer: where its masks come from."""
+        self.relay_out: TopkRelay | None = None
+        """Set on a full layer followed by a shared one: where it leaves its masks."""
         dtype, heads = spec.dtype, spec.num_attention_heads
         self.heads = split_size(heads, tp_size(), "num_attention_heads")
         self.qk_dim, self.v_dim = spec.qk_nope_head_dim, spec.v_head_dim
@@ -33,7 +47,7 @@ class SparseMLA(torch.nn.Module):
         self.kv_layernorm = RMSNorm(spec.kv_lora_rank, spec.rms_norm_eps, dtype)
         self.linear_kv_up_proj = ShardedLinear(spec.kv_lora_rank, heads * (self.qk_dim + self.v_dim), "column", dtype)
         self.linear_proj = ShardedLinear(heads * self.v_dim, spec.hidden_size, "row", dtype)
-        self.indexer = KPoolIndexer(spec)
+        self.indexer = None if spec.indexer_types[index] == "shared" else KPoolIndexer(spec)
 
     def _attend(self, q_SHE, k_SHE, v_SHE, mask_SS) -> torch.Tensor:
         out_1HSE = F.scaled_dot_product_attention(q_SHE.transpose(0, 1)[None], k_SHE.transpose(0, 1)[None],
@@ -41,15 +55,23 @@ class SparseMLA(torch.nn.Module):
                                                   scale=self.qk_dim ** -0.5)
         return out_1HSE[0].transpose(0, 1).flatten(1)
 
-    def forward(self, x_TlD: torch.Tensor, packed: Packed) -> torch.Tensor:
+    def forward(self, x_TlD: torch.Tensor, packed: Packed, relayed: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+        """`relayed`: a shared layer's masks, read from its relay by the caller before any
+        activation checkpoint, so a recompute in backward uses the forward's selection."""
         x_TD = enter_tp(x_TlD)
         tokens = x_TD.shape[0]
         q_resid_TR = self.q_layernorm(self.linear_q_down_proj(x_TD))
         q_THE = self.linear_q_up_proj(q_resid_TR).view(tokens, self.heads, self.qk_dim)
         kv_THF = self.linear_kv_up_proj(self.kv_layernorm(self.linear_kv_down_proj(x_TD))).view(tokens, self.heads, -1)
         k_THE, v_THE = kv_THF.split([self.qk_dim, self.v_dim], dim=-1)
-        outs = []
-        for start, end in packed.bounds:
-            mask_SS = self.indexer(x_TD[start:end], q_resid_TR[start:end])
-            outs.append(self._attend(q_THE[start:end], k_THE[start:end], v_THE[start:end], mask_SS))
+        masks = relayed if self.indexer is None else self._masks(x_TD, q_resid_TR, packed)
+        outs = [self._attend(q_THE[start:end], k_THE[start:end], v_THE[start:end], mask_SS)
+                for (start, end), mask_SS in zip(packed.bounds, masks, strict=True)]
         return exit_tp(self.linear_proj(torch.cat(outs)))
+
+    def _masks(self, x_TD, q_resid_TR, packed: Packed) -> tuple[torch.Tensor, ...]:
+        """This layer's indexer: one boolean [S, S] mask per sequence (left in relay_out)."""
+        masks = tuple(self.indexer(x_TD[start:end], q_resid_TR[start:end]) for start, end in packed.bounds)
+        if self.relay_out is not None:
+            self.relay_out.masks = masks
+        return masks

@@ -25,7 +25,7 @@ class DecoderLayer(torch.nn.Module):
         super().__init__()
         self.recompute = recompute
         is_kda = spec.layer_types[index] == "linear_attention"
-        self.self_attention = KDAttention(spec) if is_kda else SparseMLA(spec)
+        self.self_attention = KDAttention(spec) if is_kda else SparseMLA(spec, index)
         if spec.mlp_layer_types[index] == "sparse":
             self.mlp = MoE(spec)
         else:
@@ -41,9 +41,15 @@ class DecoderLayer(torch.nn.Module):
             return checkpoint(module, *args, use_reentrant=False)
         return module(*args)
 
-    def forward(self, streams_TND: torch.Tensor, packed: Packed) -> torch.Tensor:
+    def relayed_masks(self) -> tuple | None:
+        """A shared indexer layer's masks as its full neighbour left them (else None)."""
+        relay = getattr(self.self_attention, "relay_in", None)
+        return relay.masks if relay is not None else None
+
+    def forward(self, streams_TND: torch.Tensor, packed: Packed, relayed: tuple | None = None) -> torch.Tensor:
         post, comb, x_TD = self.attn_hc(streams_TND)
-        attn_TD = self._maybe_recompute({"core_attn"}, self.self_attention, self.input_layernorm(x_TD), packed)
+        extra = () if relayed is None else (relayed,)
+        attn_TD = self._maybe_recompute({"core_attn"}, self.self_attention, self.input_layernorm(x_TD), packed, *extra)
         streams_TND = hc_merge(post, comb, attn_TD, streams_TND)
         post, comb, x_TD = self.ffn_hc(streams_TND)
         mlp_TD = self._maybe_recompute({"moe", "mlp"}, self.mlp, self.pre_mlp_layernorm(x_TD))

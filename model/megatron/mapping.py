@@ -66,6 +66,8 @@ def name_table(spec) -> list[tuple[str, tuple[str, ...]]]:
     rows = list(TOP_TABLE)
     for i in range(spec.num_hidden_layers):
         layer = KDA_TABLE if spec.layer_types[i] == "linear_attention" else MLA_TABLE
+        if layer is MLA_TABLE and spec.indexer_types[i] == "shared":
+            layer = [row for row in MLA_TABLE if ".indexer." not in row[0]]
         mlp = MOE_TABLE if spec.mlp_layer_types[i] == "sparse" else DENSE_TABLE
         rows += [(f"layers.{i}.{m}", tuple(f"{LM}layers.{i}.{h}" for h in hs)) for m, hs in layer + mlp + COMMON_TABLE]
     return rows

@@ -15,6 +15,7 @@ from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attri
 from torch.utils.checkpoint import checkpoint
 
 from model.megatron.comm import gather_last_dim, reduce_scatter_tokens
+from model.megatron.dsa import TopkRelay
 from model.megatron.layer import DecoderLayer
 from model.megatron.mhc import contract_streams, expand_streams
 from model.megatron.packing import Packed
@@ -39,8 +40,18 @@ class GlmModel(torch.nn.Module):
         self.recompute_layers = recompute_layers
         self.word_embeddings = _vocab_param(spec)
         self.layers = torch.nn.ModuleList(DecoderLayer(spec, i, recompute_modules) for i in range(spec.num_hidden_layers))
+        self._link_shared_indexers()
         self.final_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.dtype)
         self.output_layer = _vocab_param(spec)
+
+    def _link_shared_indexers(self) -> None:
+        """A shared indexer layer reads the masks of the full one right before it
+        (ModelSpec.from_arch has checked that it is one)."""
+        for i, kind in enumerate(self.spec.indexer_types):
+            if kind == "shared" and self.spec.layer_types[i] == "indexed_attention":
+                relay = TopkRelay()
+                self.layers[i - 1].self_attention.relay_out = relay
+                self.layers[i].self_attention.relay_in = relay
 
     def embed(self, ids_T: torch.Tensor) -> torch.Tensor:
         """This rank's T/tp tokens of the embedding (vocab-parallel lookup, summed over TP).
@@ -59,9 +70,10 @@ class GlmModel(torch.nn.Module):
         return reduce_scatter_tokens(emb_TD.masked_fill(outside_T.unsqueeze(-1), 0), ps.get_tensor_model_parallel_group())
 
     def _run_layer(self, layer: DecoderLayer, streams_TND: torch.Tensor, packed: Packed) -> torch.Tensor:
+        relayed = layer.relayed_masks()
         if self.recompute_layers and torch.is_grad_enabled():
-            return checkpoint(layer, streams_TND, packed, use_reentrant=False)
-        return layer(streams_TND, packed)
+            return checkpoint(layer, streams_TND, packed, relayed, use_reentrant=False)
+        return layer(streams_TND, packed, relayed)
 
     def forward(self, ids_T: torch.Tensor, packed: Packed) -> torch.Tensor:
         """Logits over this rank's vocabulary slice, [T, Vl] (T = all tokens of the stream)."""

@@ -57,8 +57,11 @@ class ModelSpec:
         layer_types = arch.layer_types or ["indexed_attention" if i % 4 == 3 else "linear_attention" for i in range(layers)]
         mlp_types = arch.mlp_layer_types or ["dense"] * min(3, layers) + ["sparse"] * max(0, layers - 3)
         indexer_types = arch.indexer_types or ["full"] * layers
-        if "shared" in indexer_types:
-            raise ValueError("arch.indexer_types: 'shared' (cross-layer top-k reuse) is not implemented in model.megatron")
+        for i, kind in enumerate(indexer_types):
+            if kind == "shared" and layer_types[i] == "indexed_attention" and not (
+                    i > 0 and layer_types[i - 1] == "indexed_attention" and indexer_types[i - 1] == "full"):
+                raise ValueError(f"arch.indexer_types[{i}]='shared' needs layer {i - 1} to be an indexed_attention "
+                                 "layer with its own ('full') indexer: a shared layer reuses that layer's selection")
         values = {f.name: getattr(arch, f.name) for f in fields(cls)
                   if f.name not in ("layer_types", "mlp_layer_types", "indexer_types", "dtype", "pad_token_id")}
         dtype = getattr(torch, getattr(dtype, "value", dtype)) if not isinstance(dtype, torch.dtype) else dtype

@@ -124,3 +124,51 @@ def test_kpool_indexer_selects_the_same_keys_as_hf(models):
     want_ST = torch.zeros(seq, seq + 1, dtype=torch.bool).scatter_(1, topk.long().clamp(min=-1) % (seq + 1), True)[:, :seq]
     assert torch.equal(want_ST, got_ST)
     assert got_ST.sum(-1).max() < seq  # really sparse
+
+
+SHARED_INDEXER = ["model=tiny", "model.arch.layer_types=[linear_attention,indexed_attention,indexed_attention,linear_attention]",
+                  "model.arch.indexer_types=[full,full,shared,full]"]
+
+
+def test_shared_indexer_layer_matches_hf_and_survives_recompute():
+    """indexer_types 'shared': layer 2 attends with layer 1's selection (HF's cross-layer
+    top-k reuse). Logits match HF per sequence, the weights round-trip (no indexer of its
+    own), and full-layer recompute gives the same gradients: the relayed masks are captured
+    at forward time, not re-read when backward recomputes the layer."""
+    from launcher.backends.hf._model import build_model as build_hf
+    from launcher.backends.hf._model import language_state
+    from launcher.compose import compose
+    from model.megatron import full_logits, token_logprobs
+    from model.megatron.build import build_model
+    from model.megatron.spec import ModelSpec
+    from model.megatron.weights import export_hf_state, load_hf_state
+
+    init_world_of_one()
+    cfg = compose(SHARED_INDEXER).config
+    hf = build_hf(cfg.model, pad_id=0, seed=0).eval()
+    assert _hf_layers(hf)[2].self_attn.indexer is None
+    spec = ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype)
+    ids, packed = _inputs()
+    grads = []
+    for recompute in (False, True):
+        meg = build_model(spec, "cpu", recompute_layers=recompute)
+        load_hf_state(meg, language_state(hf))
+        logits = meg(torch.cat(ids), packed)
+        token_logprobs(logits, torch.cat(ids).roll(-1)).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in meg.parameters() if p.grad is not None]))
+    with torch.no_grad():
+        ref = torch.cat([hf(input_ids=seq[None]).logits[0] for seq in ids])
+    assert torch.allclose(full_logits(logits.detach()), ref, atol=1e-5, rtol=1e-4)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+    exported = export_hf_state(meg)
+    assert all(torch.equal(exported[k], v) for k, v in language_state(hf).items())
+    assert exported.keys() == language_state(hf).keys()
+
+
+def test_shared_indexer_without_a_full_neighbour_is_refused():
+    from launcher.compose import compose
+    from model.megatron.spec import ModelSpec
+
+    cfg = compose(["model=tiny", "model.arch.indexer_types=[full,full,full,shared]"]).config
+    with pytest.raises(ValueError, match=r"indexer_types\[3\]='shared' needs layer 2"):
+        ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype)
