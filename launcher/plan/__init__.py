@@ -22,7 +22,10 @@ from launcher.plan.sync import SyncPlan, plan_sync
 from launcher.plan.timing import TimingPlan, plan_timing
 from launcher.schema.root import LauncherConfig
 
-__all__ = ["Plan", "make_plan", "GpuSlot"]
+__all__ = ["Plan", "make_plan", "GpuSlot", "MODEL_PARTS"]
+
+MODEL_PARTS = ("arch", "params")
+"""Plan parts computed from model.arch alone (facts, count_params): the same for every mesh."""
 
 
 @dataclass

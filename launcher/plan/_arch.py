@@ -4,8 +4,12 @@ A model "has mHC" when hc_mult > 1 and "has KDA" when any layer is linear_attent
 layer schedules default exactly as the HF glm5_next config does.
 """
 import dataclasses
+import functools
+import operator
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from launcher.schema.model import ArchConfig
 
@@ -48,28 +52,36 @@ def mlp_layer_types_of(arch: ArchConfig) -> tuple[str, ...]:
     return (DENSE,) * dense + (SPARSE,) * (arch.num_hidden_layers - dense)
 
 
-_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ArchConfig))
+_FIELD_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(ArchConfig)))
 
 
 def arch_key(arch: ArchConfig) -> tuple:
     """Hashable snapshot of every architecture field (lists as tuples), for memoisation."""
-    values = [getattr(arch, name) for name in _FIELD_NAMES]
-    return tuple(tuple(v) if type(v) is list else v for v in values)
+    return tuple([tuple(v) if type(v) is list else v for v in _FIELD_VALUES(arch)])
 
 
-def facts(arch: ArchConfig, key: tuple | None = None) -> ArchFacts:
-    """Memoised: rules and planner ask for the same facts many times per point and mesh
-    search plans thousands of points of one architecture. `key`: arch_key(arch) if known."""
-    key = arch_key(arch) if key is None else key
-    if key not in _FACTS:
-        _FACTS[key] = _facts(arch)
-    return _FACTS[key]
+T = TypeVar("T")
 
 
-_FACTS: dict[tuple, ArchFacts] = {}
+def per_arch(fn: Callable[[ArchConfig], T]) -> Callable[..., T]:
+    """Memoise `fn(arch)` per architecture: mesh search plans thousands of points of one model
+    and rules ask for the same facts many times per point. The memoised function takes an
+    optional `key`, the caller's arch_key(arch) when it already has one."""
+    memo: dict[tuple, T] = {}
+
+    @functools.wraps(fn)
+    def memoised(arch: ArchConfig, key: tuple | None = None) -> T:
+        key = arch_key(arch) if key is None else key
+        if key not in memo:
+            memo[key] = fn(arch)
+        return memo[key]
+
+    return memoised
 
 
-def _facts(arch: ArchConfig) -> ArchFacts:
+@per_arch
+def facts(arch: ArchConfig) -> ArchFacts:
+    """What rules and the planner ask of the architecture (memoised: see per_arch)."""
     layers, mlps = layer_types_of(arch), mlp_layer_types_of(arch)
     n_moe = sum(m == SPARSE for m in mlps)
     return ArchFacts(

@@ -8,7 +8,7 @@ mHC and all norms are replicated. Shapes mirror HF glm5_next parameter for param
 """
 from dataclasses import dataclass, field
 
-from launcher.plan._arch import DSA, KDA, SPARSE, arch_key, facts
+from launcher.plan._arch import DSA, KDA, SPARSE, facts, per_arch
 from launcher.schema.model import ArchConfig
 
 
@@ -90,19 +90,9 @@ def attention_split(a: ArchConfig, kind: str, indexer: str) -> Split:
     return gqa_split(a)
 
 
-def count_params(a: ArchConfig, key: tuple | None = None) -> ParamCounts:
-    """Exact counts; memoised per architecture (mesh search plans one model many times).
-    `key`: the caller's arch_key(a), when it already has one."""
-    key = arch_key(a) if key is None else key
-    if key not in _COUNTS:
-        _COUNTS[key] = _count_params(a)
-    return _COUNTS[key]
-
-
-_COUNTS: dict[tuple, ParamCounts] = {}
-
-
-def _count_params(a: ArchConfig) -> ParamCounts:
+@per_arch
+def count_params(a: ArchConfig) -> ParamCounts:
+    """Exact counts, memoised per architecture."""
     f = facts(a)
     h = a.hidden_size
     embed = a.vocab_size * h

@@ -2,7 +2,8 @@
 
 Candidates are built by replacing the mesh and inference sections of the composed config
 (no re-composition), then planned and checked by the same planner and rules as
-`validate`, so a listed mesh's numbers are exactly what `plan` prints for it.
+`validate`, so a listed mesh's numbers are exactly what `plan` prints for it. Rules that
+read none of the VARIED paths run once per search (launcher.validate.split).
 pp is fixed to 1 for models with mHC and cp to 1 for models with KDA; sequence_parallel
 is on whenever tp > 1 (MoE needs it).
 """
@@ -11,10 +12,14 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from launcher.plan import make_plan
+from launcher.plan import MODEL_PARTS, Plan, make_plan
 from launcher.plan._arch import facts
 from launcher.search.cost import StepEstimate, estimate_step
-from launcher.validate import check
+from launcher.validate.split import split_rules
+
+VARIED_CONFIG = ("cfg.trainer.mesh", "cfg.inference.engines", "cfg.inference.tp", "cfg.inference.ep")
+"""What `candidates` replaces; with every plan part but MODEL_PARTS, what candidates may change."""
+VARIED = VARIED_CONFIG + tuple(f"plan.{f.name}" for f in dataclasses.fields(Plan) if f.name not in MODEL_PARTS)
 
 
 def divisors(n: int) -> list[int]:
@@ -47,29 +52,33 @@ class SearchResult:
     rejected_by_rule: Counter = field(default_factory=Counter)
 
 
-def _trainer_meshes(cfg, world: int):
+def _trainer_sections(cfg, world: int):
+    """cfg.trainer with each mesh; built once per mesh, shared by all its inference layouts."""
     f = facts(cfg.model.arch)
     pps = [1] if f.has_mhc else divisors(world)
     cps = [1] if f.has_kda else divisors(world)
     eps = [e for e in divisors(cfg.model.arch.n_routed_experts) if e <= world] if f.has_moe else [1]
     for tp, pp, cp, ep, etp in itertools.product(divisors(world), pps, cps, eps, divisors(world)):
         if tp * pp * cp <= world and ep * etp * pp <= world:
-            yield tp, pp, cp, ep, etp
+            mesh = dataclasses.replace(cfg.trainer.mesh, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sequence_parallel=tp > 1)
+            yield dataclasses.replace(cfg.trainer, mesh=mesh)
 
 
-def _inference_layouts(cfg, gpus: int, colocated: bool):
+def _inference_sections(cfg, gpus: int, colocated: bool):
+    """cfg.inference with each engine layout (engines x tp over the inference GPUs)."""
     for tp in divisors(gpus):
-        yield (gpus // tp, tp) if colocated else (max(gpus // tp, 1), tp)
+        engines = gpus // tp if colocated else max(gpus // tp, 1)
+        yield dataclasses.replace(cfg.inference, engines=engines, tp=tp, ep=1 if cfg.inference.ep == 1 else tp)
 
 
-def _variant(cfg, mesh, layout):
-    tp, pp, cp, ep, etp = mesh
-    engines, itp = layout
-    new_mesh = dataclasses.replace(cfg.trainer.mesh, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sequence_parallel=tp > 1)
-    inf_ep = 1 if cfg.inference.ep == 1 else itp
-    return dataclasses.replace(
-        cfg, trainer=dataclasses.replace(cfg.trainer, mesh=new_mesh),
-        inference=dataclasses.replace(cfg.inference, engines=engines, tp=itp, ep=inf_ep))
+def candidates(cfg, base: Plan):
+    """Every trainer mesh x inference layout of cfg, as configs; `base`: cfg's own plan."""
+    colocated = base.placement.mode == "colocated"
+    inf_gpus = base.mesh.trainer_gpus if colocated else len(base.placement.inference_nodes) * cfg.cluster.gpus_per_node
+    inferences = list(_inference_sections(cfg, inf_gpus, colocated))
+    for trainer in _trainer_sections(cfg, base.mesh.trainer_gpus):
+        for inference in inferences:
+            yield dataclasses.replace(cfg, trainer=trainer, inference=inference)
 
 
 def _point(variant, plan, findings) -> MeshPoint:
@@ -88,20 +97,16 @@ def search(cfg, driver_env=None) -> SearchResult:
     """Every candidate planned and checked; legal ones ranked by estimated step time."""
     driver_env = {} if driver_env is None else driver_env
     base = make_plan(cfg, driver_env=driver_env)
-    colocated = base.placement.mode == "colocated"
-    inf_gpus = base.mesh.trainer_gpus if colocated else len(base.placement.inference_nodes) * cfg.cluster.gpus_per_node
+    rules = split_rules(cfg, base, VARIED)
     result = SearchResult()
-    layouts = list(_inference_layouts(cfg, inf_gpus, colocated))
-    for mesh in _trainer_meshes(cfg, base.mesh.trainer_gpus):
-        for layout in layouts:
-            result.candidates += 1
-            variant = _variant(cfg, mesh, layout)
-            plan = make_plan(variant, driver_env=driver_env)
-            findings = check(variant, plan)
-            errors = [f for f in findings if f.severity == "error"]
-            if errors:
-                result.rejected_by_rule[errors[0].id] += 1
-                continue
-            result.meshes.append(_point(variant, plan, findings))
+    for variant in candidates(cfg, base):
+        result.candidates += 1
+        plan = make_plan(variant, driver_env=driver_env)
+        findings = rules.check(variant, plan)
+        errors = [f for f in findings if f.severity == "error"]
+        if errors:
+            result.rejected_by_rule[errors[0].id] += 1
+            continue
+        result.meshes.append(_point(variant, plan, findings))
     result.meshes.sort(key=lambda p: p.step.total_s)
     return result

@@ -1,4 +1,6 @@
-"""Mesh search and sweeps: legal layouts only, numbers equal the planner's, illegal points skipped."""
+"""Mesh search and sweeps: legal layouts only, numbers and findings equal the planner's and the
+validator's, illegal points skipped."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -7,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from launcher.compose import compose
-from launcher.plan import make_plan
+from launcher.plan import MODEL_PARTS, make_plan
 from launcher.search import search
+from launcher.search.enumerate import VARIED, VARIED_CONFIG, candidates
 from launcher.validate import check
+from launcher.validate.split import split_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,6 +62,49 @@ def test_async_layouts_use_only_inference_nodes():
     result = search(compose(["recipe=dapo_async"]).config)
     assert result.meshes
     assert all(p.inference_engines * p.inference_tp <= 8 and p.dp * p.tp <= 8 for p in result.meshes)
+
+
+# Each fires a rule that reads no mesh path, so the reused findings are not empty.
+FIXED_FAILURES = ("algorithm.temperature=0", "trainer.recompute.granularity=full", "data.train_path=missing.jsonl",
+                  "model.language_model_only=false")
+
+
+@pytest.mark.parametrize("overrides", [("recipe=dapo_sync", "cluster=b300x2"), ("recipe=dapo_async",),
+                                       ("recipe=dapo_sync", "cluster=b300x2", *FIXED_FAILURES)],
+                         ids=["dapo_sync", "dapo_async", "fixed_rules_fire"])
+def test_reused_findings_equal_a_full_validate_of_every_candidate(overrides):
+    cfg = compose(list(overrides)).config
+    base = make_plan(cfg)
+    rules = split_rules(cfg, base, VARIED)
+    assert len(rules.fixed_ids) >= 25  # the search really skips them per candidate
+    if FIXED_FAILURES[0] in overrides:
+        assert {"ALGO005", "RECOMP001", "DATA002", "MODEL001"} <= {f.id for f in rules.fixed}
+    n = 0
+    for variant in candidates(cfg, base):
+        plan = make_plan(variant)
+        assert rules.check(variant, plan) == check(variant, plan)
+        assert all(getattr(plan, part) == getattr(base, part) for part in MODEL_PARTS)
+        n += 1
+    assert n >= 100
+
+
+def _leaves(obj, path: str):
+    if not dataclasses.is_dataclass(obj):
+        yield path, obj
+        return
+    for f in dataclasses.fields(obj):
+        yield from _leaves(getattr(obj, f.name), f"{path}.{f.name}")
+
+
+@pytest.mark.parametrize("recipe", ["dapo_sync", "dapo_async"])
+def test_candidates_differ_from_the_recipe_only_under_the_varied_paths(recipe):
+    cfg = compose([f"recipe={recipe}"]).config
+    base = dict(_leaves(cfg, "cfg"))
+    changed = set()
+    for variant in candidates(cfg, make_plan(cfg)):
+        changed |= {path for path, value in _leaves(variant, "cfg") if value != base[path]}
+    assert "cfg.trainer.mesh.tp" in changed
+    assert all(any(path == v or path.startswith(v + ".") for v in VARIED_CONFIG) for path in changed), changed
 
 
 def _cli(*args):
