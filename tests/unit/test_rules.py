@@ -172,6 +172,8 @@ CASES = [
       "2 entries", "'moe'", "45 layers"),
     C("MODEL004", "dapo_sync", ["model.arch.indexer_types=[full]"], E, "model.arch.indexer_types",
       "1 entries", "45 layers"),
+    C("MODEL005", "tiny_grpo", ["model.arch.indexer_types=[full,full,full,shared]"], E, "model.arch.indexer_types",
+      "indexer_types[3]=shared", "layer 2 (linear_attention"),
     # --- placement
     C("PLACE001", "dapo_async", ["cluster=b300x1"], E, "placement.trainer_nodes", "trainer_nodes 1",
       "inference_nodes 1", "<= 1 nodes"),

@@ -50,3 +50,24 @@ def layer_schedules(cfg, plan):
                         f"{a.num_hidden_layers} layers",
                         "Each layer needs exactly one schedule entry from the known kinds.",
                         f"Give {a.num_hidden_layers} entries from {list(known)}, or null for the default.")
+
+
+@rule("MODEL005")
+def shared_indexer_follows_full(cfg, plan):
+    """A 'shared' DSA layer reuses the top-k of the layer right before it, which must be a
+    DSA layer with its own indexer (HF raises mid-forward otherwise; so does model.megatron)."""
+    a, layer_types = cfg.model.arch, plan.arch.layer_types
+    kinds = tuple(a.indexer_types or ())
+    if len(kinds) != len(layer_types):
+        return
+    for i, kind in enumerate(kinds):
+        if kind != "shared" or layer_types[i] != DSA:
+            continue
+        if i == 0 or layer_types[i - 1] != DSA or kinds[i - 1] != "full":
+            before = "no layer" if i == 0 else f"layer {i - 1} ({layer_types[i - 1]}, indexer {kinds[i - 1]})"
+            yield error("MODEL005", "model.arch.indexer_types",
+                        f"model.arch.indexer_types[{i}]=shared follows {before}",
+                        "A shared indexer layer attends with the selection of the layer right before it, so that "
+                        "layer must be indexed_attention with a 'full' indexer.",
+                        f"Set model.arch.indexer_types[{i}]=full, or make layer {i - 1} an indexed_attention "
+                        "layer with indexer 'full'.")
