@@ -126,8 +126,10 @@ def training_steps(meg, ids_T, single, device, iters: int) -> dict:
             sum_grads_without_ddp(meg)
             optimizer.step()
     step_s = timed(step, device, iters)
-    peak = torch.cuda.max_memory_reserved() / 2**30 if device.type == "cuda" else 0.0
-    return {"step_s": step_s, "peak_reserved_gib": peak}
+    if device.type != "cuda":
+        return {"step_s": step_s, "peak_reserved_gib": 0.0}
+    return {"step_s": step_s, "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+            "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30}
 
 
 def planner_overrides(model_name: str, mesh: tuple[int, int, int], tokens: int, world: int) -> list[str]:
