@@ -3,6 +3,10 @@
 Each trainer rank and each engine is one Ray actor built from a class registered under a
 short name (`trainer.backend`, `inference.backend`). Everything crossing the actor
 boundary is a plain dataclass of lists and CPU tensors, so any backend pair can talk.
+
+Weights travel as a stream (launcher/rl/weight_sync.py): a WeightUpdate header, then
+size-bounded WeightBuckets that the driver forwards from trainer rank 0 to every engine
+one after the other, so neither side nor Ray's object store ever holds the whole model.
 """
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,13 +43,44 @@ class Generation:
 
 @dataclass
 class WeightUpdate:
+    """Header of one streamed weight update; its WeightBuckets follow (weight_sync.py).
+
+    An engine is told `begin_weight_update(update)`, then `load_weight_bucket(bucket)` for
+    every bucket in order, then `finish_weight_update(update.version)`, and refuses to
+    generate in between, so no request ever runs on a half-applied update."""
+
     version: int
-    tensors: dict[str, torch.Tensor]
     adapter: dict | None = None
-    """None: `tensors` are full (merged) weights by model parameter name. Otherwise the
-    LoRA config (peft LoraConfig kwargs) and `tensors` are the adapter's weights only."""
-    base: dict[str, torch.Tensor] | None = None
-    """Adapter sync only: frozen base weights to load first (first sync, after a resume)."""
+    """None: the buckets are full (merged) weights by HF parameter name. Otherwise the
+    LoRA config (peft LoraConfig kwargs) and the stream carries the adapter's weights."""
+    with_base: bool = False
+    """Adapter sync only: "weights" buckets of the frozen base come before the adapter
+    (first sync, after a resume or a level-2 sleep)."""
+
+
+@dataclass
+class WeightBucket:
+    """One size-bounded piece of a streamed weight update: HF-named CPU tensors."""
+
+    kind: str
+    """"weights": model parameters (full or merged weights, or an adapter's frozen base),
+    loaded as they arrive; "adapter": LoRA tensors (peft names), applied at finish."""
+    tensors: list[tuple[str, torch.Tensor]]
+    nbytes: int
+    """Bytes of `tensors` (the bucket bound applies to this; one larger tensor travels alone)."""
+    last: bool = False
+    """The update's final bucket (the trainer knows it without another call)."""
+
+
+@dataclass
+class BucketInfo:
+    """What the driver reads about a bucket (it forwards the bucket itself unread)."""
+
+    index: int
+    kind: str
+    tensors: int
+    nbytes: int
+    last: bool
 
 
 @dataclass
@@ -76,7 +111,30 @@ class TrainerBackend(Protocol):
 
     def train_step(self, shard: TrainShard) -> dict[str, float]: ...
 
-    def export_weights(self, version: int, with_base: bool) -> WeightUpdate: ...
+    def begin_export(self, version: int, with_base: bool, max_bucket_bytes: int) -> WeightUpdate:
+        """Start streaming this rank's weights for the engines (merged or full weights, or
+        the adapter, preceded by its frozen base when `with_base`); returns the header.
+
+        Nothing is materialised here: each `next_bucket` call gathers (model parallel:
+        a collective, so every rank of the mesh calls both methods the same number of
+        times), merges and copies to host only the tensors of one bucket of at most
+        `max_bucket_bytes`."""
+        ...
+
+    def next_bucket(self) -> tuple[BucketInfo | None, WeightBucket | None]:
+        """(info, bucket) of the next bucket (info.last on the final one); (None, None) past
+        the end. Ranks other than 0 return (info, None): they take part in the gathers only."""
+        ...
+
+    def connect_weight_transfer(self, engines: list, master_address: str, master_port: int) -> None:
+        """GPU engines only (InferenceBackend.weight_transfer() is not None): build the
+        trainer side of that transfer with the engine actors. Called on every rank."""
+        ...
+
+    def send_weights(self, version: int) -> None:
+        """GPU engines only: push merged weights straight to the engines (rank 0 drives
+        them; every rank joins the gathers). Returns once the engines serve `version`."""
+        ...
 
     def save_checkpoint(self, path: str) -> None: ...
 
@@ -90,7 +148,23 @@ class TrainerBackend(Protocol):
 class InferenceBackend(Protocol):
     def generate(self, request: GenerationRequest) -> Generation: ...
 
-    def update_weights(self, update: WeightUpdate) -> None: ...
+    def begin_weight_update(self, update: WeightUpdate) -> None:
+        """A streamed update starts: buckets follow, then finish_weight_update. Called
+        between generate calls, never during one; the engine must not generate until finish."""
+        ...
+
+    def load_weight_bucket(self, bucket: WeightBucket) -> int:
+        """Load (or, for adapter buckets, keep) one bucket and release it; returns its tensor count."""
+        ...
+
+    def finish_weight_update(self, version: int) -> None:
+        """Every bucket has arrived: serve the new weights as `version` from the next generate."""
+        ...
+
+    def weight_transfer(self) -> str | None:
+        """The GPU transfer this engine was started for ("ipc" colocated, "nccl" async; the
+        trainer then pushes merged weights itself), or None: weights arrive in buckets."""
+        ...
 
     def sleep(self, level: int) -> None: ...
 

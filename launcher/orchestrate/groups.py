@@ -36,8 +36,10 @@ class _Group:
         self.info.append({"role": self.role, "label": label, "node": slot.node, "gpu": slot.gpu, "pid": None})
 
     def _get(self, refs: list, what: str) -> list:
+        """Results of one call per actor (or per actor of a prefix: trainer rank 0 alone)."""
         out = []
-        for ref, label, info in zip(refs, self.labels, self.info, strict=True):
+        n = len(refs)
+        for ref, label, info in zip(refs, self.labels[:n], self.info[:n], strict=True):
             out.append(get_one(ref, _who(label, info), what))
         return out
 
@@ -71,6 +73,7 @@ class TrainerGroup(_Group):
         super().__init__()
         self.world, self.dp = plan.mesh.world, plan.mesh.dp
         self.model_parallel = plan.mesh.world != plan.mesh.dp or plan.mesh.ep * plan.mesh.etp > 1
+        self._transfer_connected = False
         remote_cls = ray.remote(cls)
         for rank, gpu_slot in enumerate(plan.placement.trainer_slots):
             slot = placement.slot(gpu_slot)
@@ -103,16 +106,40 @@ class TrainerGroup(_Group):
                 out[row] = lp
         return out
 
-    def export_weights(self, version: int, with_base: bool):
-        """ObjectRef of rank 0's WeightUpdate (stays in the object store, fetched by engines).
+    def _exporters(self) -> list:
+        """Ranks that run the weight export: rank 0 alone, or with tensor/expert/pipeline
+        parallelism every rank (each tensor is gathered across ranks; only rank 0 keeps it)."""
+        return self.actors if self.model_parallel else self.actors[:1]
 
-        With tensor/expert/pipeline parallelism the export gathers shards across ranks, so
-        every rank must enter it; the other ranks' results are awaited, never fetched."""
-        if not self.model_parallel:
-            return self.actors[0].export_weights.remote(version, with_base)
-        refs = [actor.export_weights.remote(version, with_base) for actor in self.actors]
-        ray.wait(refs[1:], num_returns=len(refs) - 1, fetch_local=False)
+    def begin_export(self, version: int, with_base: bool, max_bucket_bytes: int):
+        """Start the streamed export of policy `version`; returns the ObjectRef of rank 0's
+        WeightUpdate header, passed on to the engines unread: a failed begin surfaces through
+        the engines' begin_weight_update (which takes it) and through next_bucket."""
+        refs = [a.begin_export.remote(version, with_base, max_bucket_bytes) for a in self._exporters()]
         return refs[0]
+
+    def next_bucket(self) -> tuple:
+        """(BucketInfo, ObjectRef of rank 0's WeightBucket), or (None, None) after the last.
+
+        The bucket stays in the object store for the engines; the driver reads only the
+        info. Every exporting rank takes the step (their gathers are collectives)."""
+        pairs = [a.next_bucket.options(num_returns=2).remote() for a in self._exporters()]
+        infos = self._get([info for info, _ in pairs], "next_bucket")
+        if any(info != infos[0] for info in infos):
+            raise RuntimeError(f"trainer ranks disagree on a weight-export bucket ({infos}): their weight "
+                               "streams must gather the same tensors in the same order")
+        return infos[0], pairs[0][1]
+
+    def connect_weight_transfer(self, engines) -> None:
+        """GPU engines: build the trainer side of their transfer on every rank, once."""
+        if self._transfer_connected:
+            return
+        addr, port = get_one(self.actors[0].master_address.remote(), "trainer rank 0", "master_address")
+        self.call("connect_weight_transfer", engines.actors, addr, port)
+        self._transfer_connected = True
+
+    def send_weights(self, version: int) -> None:
+        self.call("send_weights", version)
 
 
 class EngineGroup(_Group):
@@ -131,6 +158,8 @@ class EngineGroup(_Group):
         self.least_loaded = config.inference.router.policy.value == "least_loaded"
         self.in_flight = [0] * len(self.actors)
         self._owner: dict = {}
+        self._transfer: str | None = None
+        self._transfer_asked = False
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -151,7 +180,24 @@ class EngineGroup(_Group):
         self.in_flight[engine] -= 1
         return get_one(ref, _who(self.labels[engine], self.info[engine]), "generate")
 
-    def update_weights(self, update_ref, wait: bool) -> None:
-        refs = [a.update_weights.remote(update_ref) for a in self.actors]
-        if wait:
-            self._get(refs, "update_weights")
+    def weight_transfer(self) -> str | None:
+        """The GPU weight transfer the engines started with, or None (buckets); asked once."""
+        if not self._transfer_asked:
+            self._transfer = self.call("weight_transfer")[0]  # one config: every engine says the same
+            self._transfer_asked = True
+        return self._transfer
+
+    # A streamed weight update (launcher/rl/weight_sync.py): each returns one ObjectRef per
+    # engine, in submission order behind whatever the engine is generating.
+
+    def begin_weight_update(self, update) -> list:
+        return [a.begin_weight_update.remote(update) for a in self.actors]
+
+    def load_weight_bucket(self, bucket_ref) -> list:
+        return [a.load_weight_bucket.remote(bucket_ref) for a in self.actors]
+
+    def finish_weight_update(self, version: int) -> list:
+        return [a.finish_weight_update.remote(version) for a in self.actors]
+
+    def wait(self, refs: list, what: str) -> list:
+        return self._get(refs, what)

@@ -6,6 +6,7 @@ from pathlib import Path
 from launcher.rl.checkpoint import Checkpointer, DriverState
 from launcher.rl.data import PromptStream
 from launcher.rl.metrics import StepLogger
+from launcher.rl.weight_sync import SyncStats, check_pending, sync_weights
 
 
 @dataclass
@@ -24,19 +25,19 @@ class Runtime:
     checkpointer: Checkpointer
     state: DriverState = field(default_factory=DriverState)
     last_checkpoint: Path | None = None
+    last_sync: SyncStats | None = None
 
     def sync_weights(self, with_base: bool, wait: bool) -> float:
-        """Push the trainer's weights (policy version `state.policy_version`) to every engine.
+        """Stream the trainer's weights (policy version `state.policy_version`) to every
+        engine, bucket by bucket (weight_sync.py); returns the seconds it took.
 
-        wait=False (async) returns once the trainer has exported; engines apply the update
-        after the chunks already queued on them."""
-        import ray
-
+        wait=False (async): the engines take the update after the chunks already queued on
+        them; this returns once its last bucket is handed over (the export has then read
+        every weight, so the trainer may take its next step)."""
         started = time.monotonic()
-        ref = self.trainers.export_weights(self.state.policy_version, with_base)
-        if not wait:
-            ray.wait([ref])  # the export itself; engines load it between their chunks
-        self.engines.update_weights(ref, wait=wait)
+        if self.last_sync is not None:
+            check_pending(self.engines, self.last_sync.pending)
+        self.last_sync = sync_weights(self.trainers, self.engines, self.state.policy_version, with_base, wait)
         return time.monotonic() - started
 
     def maybe_checkpoint(self) -> None:

@@ -32,12 +32,25 @@ def _hf_model(cfg, seed=3):
     return build_model(cfg.model, 0, seed).cuda().eval()
 
 
+SMALL_BUCKET_BYTES = 4 << 20  # several buckets even for the tiny models: layers arrive split
+
+
+def _stream(engine, update, named):
+    """A streamed update through the Protocol: begin, bucket after bucket, finish."""
+    from launcher.backends._stream import buckets
+
+    engine.begin_weight_update(update)
+    for bucket in buckets(named, SMALL_BUCKET_BYTES):
+        engine.load_weight_bucket(bucket)
+    engine.finish_weight_update(update.version)
+
+
 def _sync(engine, model, version=1):
-    """Merged weights through the Protocol: streamed into the engine in buckets."""
-    from launcher.backends.hf._model import language_state
+    """Merged weights, streamed into the engine in buckets."""
+    from launcher.backends.hf._model import language_items
     from launcher.backends.protocols import WeightUpdate
 
-    engine.update_weights(WeightUpdate(version=version, tensors=language_state(model)))
+    _stream(engine, WeightUpdate(version=version), (("weights", n, t) for n, t in language_items(model)))
 
 
 def _request(n=1, seed=11):
@@ -105,6 +118,33 @@ def test_ipc_transfer_colocated_updates_the_engine():
         ray.shutdown()
 
 
+def test_loop_path_trainer_pushes_over_ipc_when_the_engine_reports_it():
+    """What weight_sync.sync_weights does with GPU engines: the engine reports "ipc", the
+    trainer backend connects (StreamedExport.connect_weight_transfer) and pushes its
+    merged weights with the policy version (send_weights)."""
+    import ray
+
+    from launcher.backends.hf import HfTrainer
+    from launcher.backends.vllm import VllmInference
+
+    cfg = _config("recipe=tiny_qwen3_vllm", "inference.sleep_level=1")
+    ray.init(num_gpus=1, include_dashboard=False, ignore_reinit_error=True)
+    try:
+        actor = ray.remote(num_gpus=0.5)(VllmInference).remote(cfg, 0)
+        assert ray.get(actor.weight_transfer.remote()) == "ipc"
+        trainer = HfTrainer(cfg, 0, 1)
+        trainer.connect_weight_transfer([actor], None, None)
+        for version in (1, 2):
+            trainer.send_weights(version)
+            generation = ray.get(actor.generate.remote(_request()))
+            assert generation.policy_version == version
+            _assert_matches(generation, trainer.model.eval())
+            with torch.no_grad():
+                trainer.model.lm_head.weight.mul_(2.0)
+    finally:
+        ray.shutdown()
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs the trainer and the engine on different GPUs")
 def test_nccl_transfer_async_updates_the_engine():
     import ray
@@ -145,7 +185,7 @@ def test_glm5_flash_engine_takes_bucketed_merged_weights():
 def test_glm5_flash_adapter_sync_with_experts_among_targets():
     """Adapter sync: vLLM needs `experts` among its LoRA targets on the MoE model, or it
     fails with "LoRA context must be set" (DOMAIN.md section 4)."""
-    from launcher.backends.hf._lora import adapter_state, lora_kwargs, merged_state, wrap
+    from launcher.backends.hf._lora import adapter_state, lora_kwargs, merged_items, wrap
     from launcher.backends.hf._model import VISION_PREFIX
     from launcher.backends.protocols import WeightUpdate
     from launcher.backends.vllm import VllmInference
@@ -159,6 +199,7 @@ def test_glm5_flash_adapter_sync_with_experts_among_targets():
     kwargs = lora_kwargs(cfg.trainer.lora)
     peft_model = wrap(model, dict(kwargs, init_lora_weights=False)).eval()
     # What the hf trainer sends on the first adapter sync: the frozen base, then the adapter.
-    base = merged_state(peft_model, VISION_PREFIX, with_delta=False)
-    engine.update_weights(WeightUpdate(version=1, tensors=adapter_state(peft_model), adapter=kwargs, base=base))
+    named = [("weights", n, t) for n, t in merged_items(peft_model, VISION_PREFIX, with_delta=False)]
+    named += [("adapter", n, t) for n, t in adapter_state(peft_model).items()]
+    _stream(engine, WeightUpdate(version=1, adapter=kwargs, with_base=True), named)
     _assert_matches(engine.generate(_request()), peft_model)

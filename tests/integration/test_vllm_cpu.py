@@ -13,6 +13,8 @@ What is checked, on recipes/tiny_qwen3_vllm.yaml (a random-init Qwen3, head_dim 
   they match the trainer's log-probs of the same tokens within LOGP_TOL;
 - the synthetic task's reward rises over the run;
 - adapter sync (trainer.lora.merge=false): the engine serves the trainer's LoRA adapter.
+Weights stream in buckets of PROBE_BUCKET_BYTES (the model is ~1.2 MiB): several per
+sync, so layers arrive split over buckets, as a large model's do with the real bound.
 """
 import importlib.util
 import itertools
@@ -35,6 +37,7 @@ pytestmark = [
 LOGP_TOL = 1e-4
 MIN_CHANGE = 1e-3
 PROBE_PROMPT = "c42="
+PROBE_BUCKET_BYTES = 256 << 10
 
 
 @pytest.fixture
@@ -44,13 +47,17 @@ def probes(monkeypatch):
     import ray
 
     from launcher.backends.protocols import GenerationRequest, SamplingParams, TrainShard
+    from launcher.rl import weight_sync
     from launcher.rl.runtime import Runtime
 
     records: list[dict] = []
     original = Runtime.sync_weights
+    monkeypatch.setattr(weight_sync, "BUCKET_BYTES", PROBE_BUCKET_BYTES)
 
     def sync_and_probe(rt, with_base: bool, wait: bool) -> float:
         seconds = original(rt, with_base, wait)
+        assert rt.last_sync.path == "buckets" and rt.last_sync.max_bucket_bytes <= PROBE_BUCKET_BYTES
+        assert rt.last_sync.max_alive <= weight_sync.MAX_BUCKETS_ALIVE
         prompt = rt.tokenizer.encode(PROBE_PROMPT)
         request = GenerationRequest(prompts=[prompt], seed=1234,
                                     sampling=SamplingParams(max_tokens=rt.config.algorithm.max_response_len))
@@ -60,7 +67,7 @@ def probes(monkeypatch):
                            tokens_in_mini_batch=len(tokens), seqs_in_mini_batch=1)
         trainer = rt.trainers.logprobs([shard], order=[0])[0]  # the recipe has one trainer rank
         records.append({"version": gen.policy_version, "tokens": tokens, "engine": gen.logprobs[0],
-                        "trainer": trainer})
+                        "trainer": trainer, "buckets": rt.last_sync.buckets})
         return seconds
 
     monkeypatch.setattr(Runtime, "sync_weights", sync_and_probe)
@@ -93,6 +100,7 @@ def test_merged_sync_every_step_and_reward_rises(tmp_path, probes):
     metrics = _launch(tmp_path)
     steps = len(metrics)
     _check_probes(probes, steps)
+    assert min(p["buckets"] for p in probes) > 2
     rewards = [m["reward"] for m in metrics]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     # Measured with seed 0: ~0.02 (chance: 1/61 per character) -> ~0.45 at step 80.

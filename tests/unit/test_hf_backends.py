@@ -2,7 +2,8 @@
 LoRA, adapter), checkpoints, sleep/wake and seeded sampling."""
 import pytest
 
-from launcher.backends import GenerationRequest, SamplingParams, TrainShard, engine_class, trainer_class
+from launcher.backends import GenerationRequest, SamplingParams, TrainShard, WeightUpdate, engine_class, trainer_class
+from launcher.backends._stream import sync_in_process
 from launcher.compose import compose
 
 PROMPTS = [[5, 6, 7]] * 4 + [[8, 9]] * 4
@@ -12,7 +13,7 @@ LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.targets=[li
 def _pair(overrides):
     cfg = compose(overrides + ["algorithm.max_response_len=3"]).config
     trainer, engine = trainer_class("hf")(cfg, 0, 1), engine_class("hf")(cfg, 0)
-    engine.update_weights(trainer.export_weights(0, with_base=True))
+    sync_in_process(trainer, [engine], 0, with_base=True)
     return trainer, engine
 
 
@@ -40,9 +41,8 @@ def test_engine_and_trainer_agree_before_and_after_training(overrides):
     for _ in range(3):
         stats = trainer.train_step(_shard(gen))
     assert stats["tokens"] == sum(len(t) for t in gen.tokens)
-    update = trainer.export_weights(1, with_base=False)
-    assert (update.adapter is not None) == ("trainer.lora.merge=false" in overrides)
-    engine.update_weights(update)
+    sent = sync_in_process(trainer, [engine], 1, with_base=False)
+    assert ({b.kind for b in sent} == {"adapter"}) == ("trainer.lora.merge=false" in overrides)
     gen2 = _generate(engine, seed=2)
     assert gen2.policy_version == 1
     after = trainer.logprobs(_shard(gen2))
@@ -90,7 +90,9 @@ def test_sleep_level_two_needs_a_weight_update():
     engine.sleep(2)
     with pytest.raises(RuntimeError, match="without a weight update"):
         engine.wake()
-    engine.update_weights(trainer.export_weights(1, with_base=True))
+    with pytest.raises(RuntimeError, match="only an adapter|dropped its weights"):
+        engine.begin_weight_update(WeightUpdate(1, adapter={"r": 4}))
+    sync_in_process(trainer, [engine], 1, with_base=True)
     engine.wake()
     assert _generate(engine).tokens == reference
 

@@ -4,6 +4,7 @@ adapter + base) reproducing the trainer's own log-probs.
 """
 import pytest
 
+from launcher.backends._stream import sync_in_process
 from tests.unit.megatron_world import init_world_of_one
 
 torch = pytest.importorskip("torch")
@@ -64,7 +65,7 @@ def test_logprobs_match_hf_trainer_and_merged_sync_reproduces_them():
     stats = trainer.train_step(_shard())
     assert torch.isfinite(torch.tensor(stats["loss"])) and stats["grad_norm"] > 0
     engine = HfEngine(cfg, 0)
-    engine.update_weights(trainer.export_weights(version=1, with_base=False))
+    sync_in_process(trainer, [engine], version=1, with_base=False, max_bucket_bytes=64 << 10)
     assert _close(_engine_logprobs(engine, cfg), trainer.logprobs(_shard()))
 
 
@@ -76,8 +77,7 @@ def test_lora_adapter_sync_reproduces_trainer_logprobs():
     trainer = _trainer(cfg)
     for _ in range(2):
         trainer.train_step(_shard())
-    update = trainer.export_weights(version=2, with_base=True)
-    assert update.adapter is not None and update.base is not None
     engine = HfEngine(cfg, 0)
-    engine.update_weights(update)
+    sent = sync_in_process(trainer, [engine], version=2, with_base=True, max_bucket_bytes=64 << 10)
+    assert [b.kind for b in sent][0] == "weights" and [b.kind for b in sent][-1] == "adapter"
     assert _close(_engine_logprobs(engine, cfg), trainer.logprobs(_shard()))

@@ -89,7 +89,31 @@ def _check_mesh(mesh, reference) -> dict:
     worst = sorted(cosines, key=cosines.get)[:3]
     return {"worst_logit": (full_logits(logits_TVl.detach())[: len(flat)] - ref).abs().max().item(),
             "worst_cosine": min(cosines.values()), "worst": [(n, round(cosines[n], 5)) for n in worst],
-            "lora_gather_error": _lora_gather_error(model, experts=mesh[2] == 1)}
+            "lora_gather_error": _lora_gather_error(model, experts=mesh[2] == 1), **_streamed_export(model)}
+
+
+STREAM_BUCKET_BYTES = 16 << 10
+
+
+def _streamed_export(model) -> dict:
+    """The weight sync's export (LoRA merged, after _lora_gather_error) in small buckets:
+    the same buckets on every rank (their gathers run in lockstep), only rank 0 keeps
+    tensors, and they equal export_hf_state's."""
+    import torch.distributed as dist
+
+    from launcher.backends._stream import _measured, _to_host, buckets
+    from launcher.backends.megatron._export import hf_items
+    from model.megatron.weights import export_hf_state
+
+    keep = _to_host if dist.get_rank() == 0 else _measured
+    streamed = list(buckets((("weights", n, keep(t)) for n, t in hf_items(model, merged=True)), STREAM_BUCKET_BYTES))
+    whole = export_hf_state(model)
+    error = 0.0
+    if dist.get_rank() == 0:
+        error = max((whole[n] - t).abs().max().item() for b in streamed for n, t in b.tensors)
+    assert all(t.device.type == "meta" for b in streamed for _, t in b.tensors) == (dist.get_rank() != 0)
+    return {"stream_error": error, "stream_names": [n for b in streamed for n, _ in b.tensors] == list(whole),
+            "stream_buckets": [([n for n, _ in b.tensors], b.nbytes) for b in streamed]}
 
 
 def _lora_gather_error(model, experts: bool) -> float:
@@ -151,3 +175,8 @@ def test_mesh_matches_hf_logits_and_grads(mesh_results, name):
         assert stats["worst_logit"] < 1e-4, (rank, stats)
         assert stats["worst_cosine"] > 0.9999, (rank, stats)
         assert stats["lora_gather_error"] < 1e-5, (rank, stats)
+        assert stats["stream_error"] == 0.0 and stats["stream_names"], (rank, stats["stream_error"])
+    assert mesh_results[0][name]["stream_buckets"] == mesh_results[1][name]["stream_buckets"]
+    assert len(mesh_results[0][name]["stream_buckets"]) > 1
+    assert all(nbytes <= STREAM_BUCKET_BYTES for names, nbytes in mesh_results[0][name]["stream_buckets"]
+               if len(names) > 1)

@@ -1,14 +1,12 @@
-"""The vllm backend's pure parts: engine arguments from config + plan, buckets, rank offsets.
+"""The vllm backend's pure parts: engine arguments from config + plan, rank offsets, the transfer client.
 
 These run in the project's main venv (no vllm import): what an engine starts with must be
 what `plan` printed, on CPU and on GPU clusters alike.
 """
 import pytest
-import torch
 
 from launcher.backends.vllm._args import engine_kwargs, ray_executor_env, vllm_lora_rank
-from launcher.backends.vllm._buckets import buckets
-from launcher.backends.vllm._transfer import engine_rank_offset
+from launcher.backends.vllm._transfer import EngineGroupClient, engine_rank_offset
 
 
 def _kwargs(point, *overrides, on_cpu=False):
@@ -65,12 +63,14 @@ def test_lora_rank_above_vllm_maximum_is_an_error():
         vllm_lora_rank(1024)
 
 
-def test_buckets_are_bounded_ordered_and_complete():
-    named = [(f"w{i}", torch.zeros(n)) for i, n in enumerate([10, 10, 5, 5, 30, 1])]  # fp32: 4 B each
-    out = list(buckets(named, max_bytes=80))
-    # 40+40 fill one bucket; 20+20 share the next; 120 B exceeds the bound and travels alone.
-    assert [[n for n, _ in b] for b in out] == [["w0", "w1"], ["w2", "w3"], ["w4"], ["w5"]]
-    assert all(sum(t.numel() * 4 for _, t in b) <= 80 for b in out if len(b) > 1)
+def test_transfer_client_announces_the_policy_version_at_finish(monkeypatch):
+    client = EngineGroupClient(engines=[])
+    calls = []
+    monkeypatch.setattr(client, "_all", lambda method, *args: calls.append((method, *args)))
+    client.version = 5  # what StreamedExport.send_weights sets: vLLM's senders finish without a version
+    client.finish_weight_update()
+    client.finish_weight_update("6")
+    assert calls == [("transfer_finish", "5"), ("transfer_finish", "6")]
 
 
 def test_each_engine_shifts_its_nccl_ranks_past_the_engines_before_it():

@@ -6,6 +6,7 @@ glm5_next, which peft's Linear LoRA cannot wrap, so the hf backend adapts everyt
 else (attention, KDA, dense and shared-expert MLPs).
 """
 import re
+from collections.abc import Iterator
 
 import torch
 
@@ -41,28 +42,33 @@ def _base_name(peft_name: str) -> str:
     return peft_name.removeprefix("base_model.model.").replace(".base_layer.", ".")
 
 
-def merged_state(peft_model, skip_prefix: str, with_delta: bool = True) -> dict[str, torch.Tensor]:
+def merged_items(peft_model, skip_prefix: str, with_delta: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """Base weights with W + scale * B @ A folded in (unless not `with_delta`), under the
-    plain model's names.
+    plain model's names, one at a time in module order: only the merged tensor being
+    yielded is new memory (the others are the live base tensors).
 
     Computed functionally (peft's merge/unmerge would add and subtract the delta in place,
     drifting the frozen base in floating point and breaking exact resumption).
     """
     from peft.tuners.lora import LoraLayer
 
-    deltas = {}
-    for name, module in peft_model.named_modules():
-        if with_delta and isinstance(module, LoraLayer) and ADAPTER_NAME in module.lora_A:
-            deltas[_base_name(name) + ".weight"] = module.get_delta_weight(ADAPTER_NAME)
-    out = {}
+    adapted = {}
+    if with_delta:
+        adapted = {_base_name(name) + ".weight": module for name, module in peft_model.named_modules()
+                   if isinstance(module, LoraLayer) and ADAPTER_NAME in module.lora_A}
     for name, tensor in peft_model.state_dict().items():
-        if "lora_" in name:
-            continue
         base = _base_name(name)
-        if base.startswith(skip_prefix):
+        if "lora_" in name or base.startswith(skip_prefix):
             continue
-        out[base] = (tensor + deltas[base]).detach().clone() if base in deltas else tensor.detach().clone()
-    return out
+        if base in adapted:
+            with torch.no_grad():  # not around the yield: grad mode is the caller's between items
+                tensor = tensor + adapted[base].get_delta_weight(ADAPTER_NAME)
+        yield base, tensor.detach()
+
+
+def merged_state(peft_model, skip_prefix: str, with_delta: bool = True) -> dict[str, torch.Tensor]:
+    """merged_items as a dict of copies."""
+    return {name: tensor.clone() for name, tensor in merged_items(peft_model, skip_prefix, with_delta)}
 
 
 def adapter_state(peft_model) -> dict[str, torch.Tensor]:

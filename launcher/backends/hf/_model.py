@@ -6,6 +6,7 @@ the same config and seed holds the same weights; the trainer still pushes its we
 the engines at start so engines never depend on that.
 """
 import dataclasses
+from collections.abc import Iterator
 
 import torch
 
@@ -71,9 +72,17 @@ def build_model(model_cfg, pad_id: int, seed: int) -> torch.nn.Module:
     return model
 
 
+def language_items(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor the engines need after a training step, all but the frozen vision
+    tower, in module order (layer by layer); the live tensors, not copies."""
+    for name, tensor in model.state_dict().items():
+        if not name.startswith(VISION_PREFIX):
+            yield name, tensor.detach()
+
+
 def language_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every tensor the engines need after a training step: all but the frozen vision tower."""
-    return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(VISION_PREFIX)}
+    """language_items as a dict of copies (checkpoints, tests)."""
+    return {name: tensor.clone() for name, tensor in language_items(model)}
 
 
 def forward_kwargs(model: torch.nn.Module, seq_len: int) -> dict:

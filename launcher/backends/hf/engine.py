@@ -1,5 +1,10 @@
-"""The `hf` inference engine: seeded sampling with per-token log-probs, weight updates from
-the trainer (merged weights or a LoRA adapter), and sleep/wake for colocation.
+"""The `hf` inference engine: seeded sampling with per-token log-probs, streamed weight
+updates from the trainer (merged weights or a LoRA adapter, in buckets), and sleep/wake
+for colocation.
+
+A "weights" bucket is loaded into the model as it arrives (a partial load_state_dict);
+"adapter" buckets are kept until finish, which wraps the model with peft on the first
+adapter and loads it. Generating between begin and finish is an error.
 
 Sleep level 1 moves the weights to host RAM (a no-op when the device is the CPU); level 2
 drops them, and the next weight update brings them back. Generating while asleep is an error.
@@ -11,7 +16,7 @@ import torch
 from launcher.backends.hf import _lora
 from launcher.backends.hf._model import build_model
 from launcher.backends.hf._sampling import sample
-from launcher.backends.protocols import Generation, GenerationRequest, WeightUpdate
+from launcher.backends.protocols import Generation, GenerationRequest, WeightBucket, WeightUpdate
 from launcher.backends.registry import ENGINES
 from launcher.rl.tokenizer import make_tokenizer
 
@@ -32,6 +37,9 @@ class HfEngine:
         self.version = 0
         self.asleep_level = 0
         self.has_weights = True
+        self._update: WeightUpdate | None = None
+        """The update between begin and finish (None otherwise)."""
+        self._adapter_tensors: dict = {}
 
     def pid(self) -> int:
         return os.getpid()
@@ -39,26 +47,45 @@ class HfEngine:
     def generate(self, request: GenerationRequest) -> Generation:
         if self.asleep_level:
             raise RuntimeError(f"engine {self.index} was asked to generate while asleep (level {self.asleep_level})")
+        if self._update is not None:
+            raise RuntimeError(f"engine {self.index} was asked to generate in the middle of weight update "
+                               f"{self._update.version} (begin without finish)")
         results = sample(self.model, request.prompts, request.sampling, self.eos_id, self.pad_id, request.seed)
         return Generation(tokens=[r.tokens for r in results], logprobs=[r.logprobs for r in results],
                           finished=[r.finished for r in results], policy_version=self.version)
 
-    def update_weights(self, update: WeightUpdate) -> None:
+    def weight_transfer(self) -> str | None:
+        return None  # buckets only
+
+    def begin_weight_update(self, update: WeightUpdate) -> None:
+        restores = update.adapter is None or update.with_base
         if not self.has_weights:
-            if update.adapter is not None and update.base is None:
+            if not restores:
                 raise RuntimeError(f"engine {self.index} dropped its weights (sleep level 2) and got only an "
-                                   "adapter; send the base with it (export_weights(with_base=True))")
+                                   "adapter; send the base with it (begin_export(with_base=True))")
             self.model.to_empty(device="cpu" if self.asleep_level else self.device)
-        if update.base is not None:
-            self._load_full(update.base)
-        if update.adapter is None:
-            self._load_full(update.tensors)
+        self._update, self._adapter_tensors = update, {}
+
+    def load_weight_bucket(self, bucket: WeightBucket) -> int:
+        if self._update is None:
+            raise RuntimeError(f"engine {self.index} got a weight bucket outside an update")
+        if bucket.kind == "adapter":
+            self._adapter_tensors.update(bucket.tensors)
         else:
+            self._load_full(dict(bucket.tensors))
+        return len(bucket.tensors)
+
+    def finish_weight_update(self, version: int) -> None:
+        update, adapter_tensors = self._update, self._adapter_tensors
+        self._update, self._adapter_tensors = None, {}
+        if update is None:
+            raise RuntimeError(f"engine {self.index}: finish_weight_update without begin")
+        if update.adapter is not None:
             if not hasattr(self.model, "peft_config"):
                 self.model = _lora.wrap(self.model, update.adapter).eval()
-            _lora.load_adapter(self.model, update.tensors)
+            _lora.load_adapter(self.model, adapter_tensors)
         self.has_weights = True
-        self.version = update.version
+        self.version = version
 
     def _load_full(self, tensors: dict[str, torch.Tensor]) -> None:
         target = self.model.get_base_model() if hasattr(self.model, "peft_config") else self.model

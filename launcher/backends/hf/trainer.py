@@ -7,16 +7,18 @@ single-process gradient whatever the split of sequences over ranks.
 import copy
 import os
 import random
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
 
 from launcher.backends._loss import micro_loss
 from launcher.backends._rendezvous import free_address
+from launcher.backends._stream import StreamedExport
 from launcher.backends.hf import _lora
 from launcher.backends.hf._batch import micro_batches, ungrid
 from launcher.backends.hf._compute import logits_of, target_logprobs
-from launcher.backends.hf._model import VISION_PREFIX, build_model, language_state
+from launcher.backends.hf._model import VISION_PREFIX, build_model, language_items, language_state
 from launcher.backends.protocols import TrainShard, WeightUpdate
 from launcher.backends.registry import TRAINERS
 from launcher.rl.algorithm import make_algorithm
@@ -29,7 +31,7 @@ def _threads_from_env() -> None:
 
 
 @TRAINERS.register("hf")
-class HfTrainer:
+class HfTrainer(StreamedExport):
     def __init__(self, config, rank: int, world: int):
         _threads_from_env()
         self.cfg, self.rank, self.world = config, rank, world
@@ -124,14 +126,21 @@ class HfTrainer:
         max_norm = self.cfg.trainer.optimizer.grad_clip
         return torch.nn.utils.clip_grad_norm_(self.params, max_norm if max_norm > 0 else float("inf"))
 
-    def export_weights(self, version: int, with_base: bool) -> WeightUpdate:
-        """Weights for the engines: merged model, or adapter (+ base when `with_base`)."""
+    def _update_header(self, version: int, with_base: bool) -> WeightUpdate:
+        adapter = self.lora if self.lora is not None and not self.cfg.trainer.lora.merge else None
+        return WeightUpdate(version, adapter=adapter, with_base=with_base and adapter is not None)
+
+    def _weight_stream(self, with_base: bool) -> Iterator[tuple[str, str, torch.Tensor]]:
+        """For the engines (StreamedExport): the model, the LoRA-merged model, or the
+        adapter (after its frozen base when `with_base`), one tensor at a time."""
         if self.lora is None:
-            return WeightUpdate(version, _to_cpu(language_state(self.model)))
-        if self.cfg.trainer.lora.merge:
-            return WeightUpdate(version, _to_cpu(_lora.merged_state(self.model, VISION_PREFIX)))
-        base = _to_cpu(_lora.merged_state(self.model, VISION_PREFIX, with_delta=False)) if with_base else None
-        return WeightUpdate(version, _to_cpu(_lora.adapter_state(self.model)), adapter=self.lora, base=base)
+            yield from _tagged("weights", language_items(self.model))
+        elif self.cfg.trainer.lora.merge:
+            yield from _tagged("weights", _lora.merged_items(self.model, VISION_PREFIX))
+        else:
+            if with_base:
+                yield from _tagged("weights", _lora.merged_items(self.model, VISION_PREFIX, with_delta=False))
+            yield from _tagged("adapter", _lora.adapter_state(self.model).items())
 
     def save_checkpoint(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
@@ -175,6 +184,10 @@ class HfTrainer:
                     state[key] = value.to(device)
         if device.type == "cpu":
             torch.cuda.empty_cache()
+
+
+def _tagged(kind: str, named) -> Iterator[tuple[str, str, torch.Tensor]]:
+    return ((kind, name, tensor) for name, tensor in named)
 
 
 def _to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

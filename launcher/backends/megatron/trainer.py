@@ -6,10 +6,12 @@ data-parallel rank). Each rank's loss is already divided by the whole mini-batch
 normaliser, so it is multiplied by the DP size before backward: Megatron's DDP averages
 over DP, which then yields the sum the losses are built for (as the hf trainer's sum). On
 CPU (no Megatron DDP) the grads are summed directly.
-export_weights, save_checkpoint and load_checkpoint gather or scatter shards: with more
-than one model-parallel rank they must be called on every rank.
+The weight export (begin_export / next_bucket, send_weights), save_checkpoint and
+load_checkpoint gather or scatter shards: with more than one model-parallel rank they
+must be called on every rank.
 """
 import os
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -17,10 +19,11 @@ from megatron.core.distributed import finalize_model_grads
 
 from launcher.backends._loss import micro_loss
 from launcher.backends._rendezvous import free_address
+from launcher.backends._stream import StreamedExport
 from launcher.backends.hf._batch import ungrid
 from launcher.backends.hf._lora import lora_kwargs
 from launcher.backends.megatron import _model
-from launcher.backends.megatron._export import adapter_tensors
+from launcher.backends.megatron._export import adapter_tensors, hf_items
 from launcher.backends.megatron._pack import pack_shard
 from launcher.backends.megatron._state import DeviceMover, lora_disabled
 from launcher.backends.protocols import TrainShard, WeightUpdate
@@ -31,11 +34,10 @@ from model.megatron import token_logprobs
 from model.megatron.entropy import token_entropy
 from model.megatron.optim import sum_grads_without_ddp
 from model.megatron.parallel import tp_size
-from model.megatron.weights import export_hf_state
 
 
 @TRAINERS.register("megatron")
-class MegatronTrainer:
+class MegatronTrainer(StreamedExport):
     def __init__(self, config, rank: int, world: int):
         self.cfg, self.rank, self.world = config, rank, world
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
@@ -129,17 +131,21 @@ class MegatronTrainer:
         self.optimizer.step()
         return float(grad_norm)
 
-    def export_weights(self, version: int, with_base: bool) -> WeightUpdate:
-        """HF-named weights (LoRA merged), or the adapter (+ base when `with_base`); CPU tensors."""
-        if self.lora is None or self.cfg.trainer.lora.merge:
-            return WeightUpdate(version, _to_cpu(export_hf_state(self.model)))
+    def _update_header(self, version: int, with_base: bool) -> WeightUpdate:
+        adapter = self.lora if self.lora is not None and not self.cfg.trainer.lora.merge else None
+        return WeightUpdate(version, adapter=adapter, with_base=with_base and adapter is not None)
+
+    def _weight_stream(self, with_base: bool) -> Iterator[tuple[str, str, torch.Tensor]]:
+        """For the engines (StreamedExport): HF-named weights (LoRA merged), or the adapter
+        after its frozen base when `with_base`; every tensor a gather across the mesh."""
         lora = self.cfg.trainer.lora
-        adapter = _to_cpu(adapter_tensors(self.model, lora.rank, lora.alpha))
-        base = None
+        if self.lora is None or lora.merge:
+            yield from (("weights", name, t) for name, t in hf_items(self.model, merged=True))
+            return
         if with_base:
-            with lora_disabled(self.model):
-                base = _to_cpu(export_hf_state(self.model))
-        return WeightUpdate(version, adapter, adapter=self.lora, base=base)
+            yield from (("weights", name, t) for name, t in hf_items(self.model, merged=False))
+        adapter = adapter_tensors(self.model, lora.rank, lora.alpha)  # a few hundred MB at most: whole
+        yield from (("adapter", name, t) for name, t in adapter.items())
 
     def save_checkpoint(self, path: str) -> None:
         """This rank's shards and optimizer state (one file per rank: any mesh reloads its own)."""
@@ -161,6 +167,3 @@ class MegatronTrainer:
     def onload(self) -> None:
         self.mover.to_device()
 
-
-def _to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu") for k, v in tensors.items()}

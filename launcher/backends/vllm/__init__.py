@@ -6,7 +6,6 @@ itself is imported only when an engine starts, so discovery works where it is ab
 CPU it runs from .venv-vllm (scripts/setup_vllm_cpu.sh): tests/integration/test_vllm_cpu.py.
 """
 from launcher.backends.vllm._actor import VllmInference
-from launcher.backends.vllm._buckets import buckets
-from launcher.backends.vllm._transfer import trainer_sender
+from launcher.backends.vllm._transfer import stream_source, trainer_sender
 
-__all__ = ["VllmInference", "buckets", "trainer_sender"]
+__all__ = ["VllmInference", "stream_source", "trainer_sender"]

@@ -1,18 +1,18 @@
 """The `vllm` InferenceBackend: one vLLM engine per Ray actor (TP inside the engine).
 
-Merged weights (WeightUpdate.tensors by HF name) are streamed into the engine in
-size-bounded buckets through vLLM's layerwise reload; an adapter update loads its base
-first when one is sent (first sync, after a level-2 sleep), then serves the adapter.
-The GPU transfers (CUDA IPC colocated, NCCL async) bypass update_weights: the trainer
-drives them through `trainer_sender` and the transfer_* methods here.
+A streamed update (protocols.WeightUpdate, then WeightBuckets): "weights" buckets (merged
+weights by HF name, or an adapter's frozen base on the first sync and after a level-2
+sleep) go straight into vLLM's layerwise reload as they arrive, opened at begin and
+finalised at finish; "adapter" buckets are kept and served as one LoRA at finish. No
+generate runs in between. The GPU transfers (CUDA IPC colocated, NCCL async) bypass the
+buckets: the trainer drives them through `trainer_sender` and the transfer_* methods here.
 """
 import os
 import tempfile
 
-from launcher.backends.protocols import Generation, GenerationRequest, WeightUpdate
+from launcher.backends.protocols import Generation, GenerationRequest, WeightBucket, WeightUpdate
 from launcher.backends.registry import ENGINES
 from launcher.backends.vllm._adapter import write_adapter
-from launcher.backends.vllm._buckets import buckets
 from launcher.plan import make_plan
 from launcher.rl.tokenizer import make_tokenizer
 
@@ -26,26 +26,53 @@ class VllmInference:
         self.engine = VllmEngine(config, make_plan(config), eos_id=tok.eos_id, pad_id=tok.pad_id,
                                  seed=config.run.seed + engine_index, engine_index=engine_index)
         self._adapter_dir = tempfile.mkdtemp(prefix=f"vllm-adapter-{engine_index}-")
+        self.index = engine_index
+        self._update: WeightUpdate | None = None
+        """The update between begin and finish (None otherwise)."""
+        self._adapter_tensors: dict = {}
 
     def pid(self) -> int:
         return os.getpid()
 
     def generate(self, request: GenerationRequest) -> Generation:
+        if self._update is not None:
+            raise RuntimeError(f"vllm engine {self.index} was asked to generate in the middle of weight update "
+                               f"{self._update.version} (begin without finish)")
         return self.engine.generate(request)
 
-    def update_weights(self, update: WeightUpdate) -> None:
-        if update.adapter is None:
-            self._load_merged(update.tensors, update.version)
-            return
-        if update.base is not None:
-            self._load_merged(update.base, update.version)
-        self.engine.load_adapter(write_adapter(self._adapter_dir, update.adapter, update.tensors), update.version)
+    def weight_transfer(self) -> str | None:
+        return self.engine.transfer_backend
 
-    def _load_merged(self, tensors: dict, version: int) -> None:
-        self.engine.begin_weight_update()
-        for bucket in buckets(tensors.items()):
-            self.engine.load_weight_bucket(bucket)
-        self.engine.finish_weight_update(version)
+    def begin_weight_update(self, update: WeightUpdate) -> None:
+        if update.adapter is not None and not update.with_base and not self.engine.has_weights:
+            raise RuntimeError(f"vllm engine {self.index} dropped its weights (sleep level 2) and got only an "
+                               "adapter; send the base with it (begin_export(with_base=True))")
+        if self._reloads(update):
+            self.engine.begin_weight_update()
+        self._update, self._adapter_tensors = update, {}
+
+    def load_weight_bucket(self, bucket: WeightBucket) -> int:
+        if self._update is None:
+            raise RuntimeError(f"vllm engine {self.index} got a weight bucket outside an update")
+        if bucket.kind == "adapter":
+            self._adapter_tensors.update(bucket.tensors)
+            return len(bucket.tensors)
+        return self.engine.load_weight_bucket(bucket.tensors)
+
+    def finish_weight_update(self, version: int) -> None:
+        update, adapter_tensors = self._update, self._adapter_tensors
+        self._update, self._adapter_tensors = None, {}
+        if update is None:
+            raise RuntimeError(f"vllm engine {self.index}: finish_weight_update without begin")
+        if self._reloads(update):
+            self.engine.finish_weight_update(version)
+        if update.adapter is not None:
+            self.engine.load_adapter(write_adapter(self._adapter_dir, update.adapter, adapter_tensors), version)
+
+    @staticmethod
+    def _reloads(update: WeightUpdate) -> bool:
+        """Whether model weights (not only an adapter) arrive: vLLM's layerwise reload is opened."""
+        return update.adapter is None or update.with_base
 
     def sleep(self, level: int) -> None:
         self.engine.sleep(level)

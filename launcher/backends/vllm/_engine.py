@@ -76,6 +76,8 @@ class VllmEngine:
             logging.getLogger(logger_name).addFilter(_DropMessage(suffix))
         kwargs = engine_kwargs(cfg, plan, engine_model_dir(cfg.model, pad_id, eos_id), on_cpu=self.on_cpu, seed=seed)
         self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
+        self.transfer_backend: str | None = kwargs.get("weight_transfer_config", {}).get("backend")
+        """"ipc" / "nccl" when the trainer pushes merged weights over the GPU transfer, else None."""
         self.llm = LLM(**kwargs)
         self.version = 0
         self.has_weights = True
@@ -182,7 +184,7 @@ class VllmEngine:
             raise RuntimeError("engine started without LoRA (trainer.lora.merge is true); sync merged weights instead")
         if not self.has_weights:
             raise RuntimeError(f"vllm engine {self.engine_index} dropped its weights (sleep level 2) and got only an "
-                               "adapter; send the base with it (export_weights(with_base=True))")
+                               "adapter; send the base with it (begin_export(with_base=True))")
         from vllm.lora.request import LoRARequest
 
         self._wake_weights()

@@ -10,7 +10,9 @@ layerwise reload, as the bucketed path in _worker.py does.
 Engine side: engines start with weight_transfer_config={"backend": ...} (_args.py) and
 the engine actor exposes transfer_* methods. Trainer side: `trainer_sender(...)` builds
 vLLM's trainer engine once; call `.send_weights()` after every step on every trainer
-rank (rank 0 drives the engines, the others join the gathers).
+rank (rank 0 drives the engines, the others join the gathers). The trainer backends do
+that through launcher/backends/_stream.py (connect_weight_transfer / send_weights),
+which the loop uses whenever the engines report a transfer (weight_transfer()).
 """
 from launcher.schema.root import LauncherConfig
 
@@ -29,6 +31,8 @@ class EngineGroupClient:
 
     def __init__(self, engines: list):
         self.engines = engines
+        self.version: int | None = None
+        """Policy version the next finish_weight_update announces (vLLM's senders pass none)."""
 
     def _all(self, method: str, *args) -> None:
         import ray
@@ -48,7 +52,8 @@ class EngineGroupClient:
         self._all("transfer_update", update_info)
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
-        self._all("transfer_finish", weight_version)
+        version = weight_version if weight_version is not None else self.version
+        self._all("transfer_finish", None if version is None else str(version))
 
 
 def trainer_sender(cfg: LauncherConfig, engines: list, source, *, rank: int,
@@ -74,6 +79,30 @@ def trainer_sender(cfg: LauncherConfig, engines: list, source, *, rank: int,
         info = NCCLTrainerInitInfo(master_address=master_address, master_port=master_port,
                                    world_size=world_size, rank=rank)
     return WeightTransferTrainerFactory.trainer_init(info, client=EngineGroupClient(engines), source=source)
+
+
+def stream_source(named):
+    """A vLLM WeightSource over a trainer's HF-named stream: `named()` starts a fresh pass.
+
+    Iteration is the stream itself (one tensor materialised at a time). metadata() makes
+    one pass and keeps names, dtypes and shapes: vLLM's NCCL sender calls it on every
+    trainer rank, so on a model-parallel trainer that pass gathers in lockstep too.
+    """
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    class StreamSource(WeightSource):
+        def __init__(self):
+            self._meta = None
+
+        def metadata(self) -> list:
+            if self._meta is None:
+                self._meta = [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in named()]
+            return self._meta
+
+        def __iter__(self):
+            return iter(named())
+
+    return StreamSource()
 
 
 def engine_rank_offset(init_info: dict, engine_index: int, tp: int) -> dict:
