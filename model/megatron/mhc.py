@@ -10,6 +10,7 @@ Shape legend: T tokens, N streams, D hidden.
 """
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from model.megatron.parallel import mark_duplicated
 from model.megatron.spec import ModelSpec
@@ -32,12 +33,24 @@ class HyperConnection(torch.nn.Module):
             comb_TNN = comb_TNN / (comb_TNN.sum(-2, keepdim=True) + self.hc_eps)
         return comb_TNN
 
-    def forward(self, streams_TND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(post_TN, comb_TNN, collapsed_TD): expansion and mixing weights, and the sub-layer input."""
-        n = self.streams
+    def _mix(self, streams_TND: torch.Tensor) -> torch.Tensor:
+        """The coefficient network's raw outputs [T, (2 + N) N]: fp32 RMS norm of the
+        flattened streams, then `fn`."""
         flat_TF = streams_TND.flatten(1).float()
         flat_TF = flat_TF * torch.rsqrt(flat_TF.square().mean(-1, keepdim=True) + self.norm_eps)
-        mix_TW = F.linear(flat_TF, self.fn.float())
+        return F.linear(flat_TF, self.fn.float())
+
+    def forward(self, streams_TND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(post_TN, comb_TNN, collapsed_TD): expansion and mixing weights, and the sub-layer input.
+
+        `_mix` is recomputed in backward: kept, its two fp32 copies of the flattened streams
+        cost 8 B x N x D per token and hyper-connection (3.9 GiB over the 4-layer slice's
+        4096 tokens, more than every other activation there); redoing it is one thin matmul."""
+        n = self.streams
+        if torch.is_grad_enabled():
+            mix_TW = checkpoint(self._mix, streams_TND, use_reentrant=False)
+        else:
+            mix_TW = self._mix(streams_TND)
         pre_TN, post_TN, comb_TM = mix_TW.split([n, n, n * n], dim=-1)
         pre_b, post_b, comb_b = self.base.split([n, n, n * n])
         pre = torch.sigmoid(pre_TN * self.scale[0] + pre_b) + self.hc_eps

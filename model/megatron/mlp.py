@@ -11,12 +11,45 @@ import torch.nn.functional as F
 from model.megatron.parallel import ShardedLinear, enter_tp, exit_tp
 
 
-def clamped_swiglu(gate_up_TF2: torch.Tensor, limit: float | None) -> torch.Tensor:
+def _clamp(gate_up_TF2: torch.Tensor, limit: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     gate, up = gate_up_TF2.chunk(2, dim=-1)
-    if limit is not None:
-        gate = gate.clamp(max=limit)
-        up = up.clamp(min=-limit, max=limit)
-    return F.silu(gate) * up
+    if limit is None:
+        return gate, up
+    return gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
+
+
+class ClampedSwiGLU(torch.autograd.Function):
+    """silu(min(gate, limit)) * clamp(up, -limit, limit), keeping only fc1's output for backward.
+
+    Plain autograd keeps the clamped gate, the clamped up and silu(gate) as well: three more
+    [tokens, F] tensors per MLP, and per routed assignment (x top-k) in a MoE layer.
+    Backward redoes the clamps and the sigmoid, elementwise, from fc1's output."""
+
+    @staticmethod
+    def forward(ctx, gate_up_TF2: torch.Tensor, limit: float | None) -> torch.Tensor:
+        ctx.save_for_backward(gate_up_TF2)
+        ctx.limit = limit
+        gate, up = _clamp(gate_up_TF2, limit)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad_TF: torch.Tensor):
+        (gate_up_TF2,) = ctx.saved_tensors
+        work = torch.promote_types(gate_up_TF2.dtype, torch.float32)
+        gate, up = _clamp(gate_up_TF2.to(work), ctx.limit)
+        sig = torch.sigmoid(gate)
+        grad = grad_TF.to(work)
+        grad_gate = grad * up * sig * (1 + gate * (1 - sig))
+        grad_up = grad * gate * sig
+        if ctx.limit is not None:
+            raw_gate, raw_up = gate_up_TF2.chunk(2, dim=-1)
+            grad_gate = grad_gate * (raw_gate <= ctx.limit)
+            grad_up = grad_up * (raw_up.abs() <= ctx.limit)
+        return torch.cat([grad_gate, grad_up], dim=-1).to(gate_up_TF2.dtype), None
+
+
+def clamped_swiglu(gate_up_TF2: torch.Tensor, limit: float | None) -> torch.Tensor:
+    return ClampedSwiGLU.apply(gate_up_TF2, limit)
 
 
 class SwiGLUMLP(torch.nn.Module):
