@@ -8,7 +8,9 @@ Assumptions, each a named constant or a line below:
 - Activations of one packed micro-batch of max_tokens_per_microbatch tokens, per layer per
   token in bf16: the hc_mult-wide mHC residual (stored at both hc modules) and norm inputs,
   sharded by tp when sequence_parallel is on; attention projections unless core_attn is
-  recomputed; MLP intermediates unless mlp/moe is recomputed; only layer inputs under full
+  recomputed; MLP intermediates unless mlp/moe is recomputed (per routed assignment: its
+  input and output rows, fc1's gate|up output and fc2's input; benchmarks/activation_bytes.py
+  measures what model/megatron keeps, part by part); only layer inputs under full
   recompute. Plus the log-prob loss's [tokens, vocab / tp] tensors: bf16 logits, their fp32
   upcast, the fp32 log-softmax and its fp32 gradient (LOSS_BYTES_PER_LOGIT; with only the
   fp32 pair the planner read 16% low against a measured H200 LoRA step of the 4-layer slice).
@@ -74,7 +76,7 @@ def _mlp_bytes_per_token(cfg: LauncherConfig, kind: str, recomputed: set[str], t
         return 0.0 if "mlp" in recomputed else 3 * a.intermediate_size * ACT_BYTES / tp
     if "moe" in recomputed:
         return 0.0
-    routed = a.num_experts_per_tok * (3 * a.moe_intermediate_size / etp + a.hidden_size) * ACT_BYTES
+    routed = a.num_experts_per_tok * (3 * a.moe_intermediate_size / etp + 2 * a.hidden_size) * ACT_BYTES
     return routed + 3 * a.moe_intermediate_size * a.n_shared_experts * ACT_BYTES / tp
 
 
