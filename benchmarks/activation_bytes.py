@@ -73,7 +73,7 @@ def main() -> None:
                  f"model.arch.n_routed_experts={args.experts}", f"trainer.max_tokens_per_microbatch={args.tokens}"]
     cfg = compose(overrides).config
     model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype, pad_token_id=0), "cpu")
-    init_weights(model, seed=0, rank_key=0)
+    init_weights(model, seed=0)
     counter = SavedBytes({p.untyped_storage().data_ptr() for p in model.parameters()})
     attach(model, counter)
     ids_T = torch.randint(0, cfg.model.arch.vocab_size, (args.tokens,))

@@ -29,9 +29,3 @@ def build_model(spec: ModelSpec, device: torch.device | str, recompute_layers: b
     """
     with torch.device(device):
         return GlmModel(spec, recompute_layers=recompute_layers, recompute_modules=recompute_modules)
-
-
-def rank_key() -> int:
-    """Distinct for every (tp, ep, etp) coordinate so shards draw different random values."""
-    return (ps.get_tensor_model_parallel_rank() * 4096 + ps.get_expert_model_parallel_rank()) * 64 \
-        + ps.get_expert_tensor_parallel_rank()

@@ -3,17 +3,24 @@ applied shard by shard, for runs without a checkpoint (model.hf_path null).
 
 Matrices ~ N(0, 0.02); norms 1; indexer pool embedding 0 and pool gate 1; mHC base 0,
 scale 1; KDA A_log 0 with a lower-bounded gate (log U(1, 16) without) and dt_bias the
-inverse softplus of a log-uniform step in [1e-3, 1e-1]. Each rank draws from its own
-generator seeded by (seed, rank coordinates), so shards differ but runs repeat. Values are
-drawn on the model's device (a CUDA generator on GPU): a CPU generator filled the 24B
-weights of the 4-layer slice at CPU speed, minutes before the first step.
+inverse softplus of a log-uniform step in [1e-3, 1e-1]; LoRA A ~ N(0, 1/in), B = 0.
+
+Every tensor draws from a generator keyed by its shard coordinates (which TP / EP / ETP
+slice of the whole tensor it is; shards.shard_splits): different slices get different
+values, and every rank holding the same slice (data-parallel replicas, TP ranks of a
+duplicated norm or router, TP ranks of experts when etp = 1) draws the same values, as a
+model loaded from one checkpoint would hold. Keyed by rank instead, replicas started out
+different and the exported model matched no rank's. Values are drawn on the model's device
+(a CPU generator filled the 4-layer slice's 24B weights in minutes).
 """
 import math
+import zlib
 
 import torch
 
 from model.megatron.mhc import HyperConnection
 from model.megatron.rmsnorm import RMSNorm
+from model.megatron.shards import shard_splits
 
 STD = 0.02
 
@@ -39,10 +46,25 @@ def _value(name: str, param: torch.Tensor, lower_bound: float | None, gen: torch
     return torch.randn(param.shape, generator=gen, device=gen.device) * STD
 
 
-def init_weights(model: torch.nn.Module, seed: int, rank_key: int) -> None:
+class ShardGenerators:
+    """One generator per shard key, each seeded from (seed, key), created on first use."""
+
+    def __init__(self, seed: int, device: torch.device):
+        self.seed, self.device, self.gens = seed, device, {}
+
+    def __call__(self, tensor: torch.Tensor) -> torch.Generator:
+        expert = getattr(tensor, "allreduce", True) is False
+        key = ("expert" if expert else "dense", tuple(rank for _, _, rank, _, _ in shard_splits(tensor)))
+        if key not in self.gens:
+            key_seed = self.seed * 1_000_003 + zlib.crc32(repr(key).encode())
+            self.gens[key] = torch.Generator(device=self.device).manual_seed(key_seed)
+        return self.gens[key]
+
+
+def init_weights(model: torch.nn.Module, seed: int) -> None:
     """Fill every parameter and buffer of `model` in place (see the module docstring)."""
     device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + rank_key)
+    gen_for = ShardGenerators(seed, device)
     norms = {id(m.weight) for m in model.modules() if isinstance(m, RMSNorm)}
     hc_fn = {id(m.fn) for m in model.modules() if isinstance(m, HyperConnection)}
     lower_bound = model.spec.linear_lower_bound
@@ -51,6 +73,20 @@ def init_weights(model: torch.nn.Module, seed: int, rank_key: int) -> None:
             if id(tensor) in norms:
                 tensor.fill_(1.0)
             elif id(tensor) in hc_fn:
-                tensor.copy_(torch.randn(tensor.shape, generator=gen, device=device) * STD)
+                tensor.copy_(torch.randn(tensor.shape, generator=gen_for(tensor), device=device) * STD)
             else:
-                tensor.copy_(_value(name, tensor, lower_bound, gen))
+                tensor.copy_(_value(name, tensor, lower_bound, gen_for(tensor)))
+
+
+def init_adapters(model: torch.nn.Module, seed: int) -> None:
+    """LoRA A ~ N(0, 1/in) and B = 0 on every adapted module, keyed like init_weights (so
+    duplicated A's agree over TP and expert adapters over their data-parallel replicas)."""
+    gen_for = ShardGenerators(seed + 1, next(model.parameters()).device)
+    with torch.no_grad():
+        for module in model.modules():
+            if not hasattr(module, "lora_A"):
+                continue
+            a, b = module.lora_A, module.lora_B
+            fan_in = a.shape[-1] * math.prod(size for dim, _, _, size, _ in shard_splits(a) if dim == a.dim() - 1)
+            a.copy_(torch.randn(a.shape, generator=gen_for(a), device=a.device) * fan_in ** -0.5)
+            b.zero_()

@@ -8,7 +8,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state as ps
 
 
-def _groups(param: torch.Tensor) -> list[tuple[int, int, int, int, object]]:
+def shard_splits(param: torch.Tensor) -> list[tuple[int, int, int, int, object]]:
     """[(dim, stride, rank, size, group)] splits applied to the whole tensor, outermost first."""
     if getattr(param, "allreduce", True) is False:
         splits = [(0, 1, ps.get_expert_model_parallel_rank(), ps.get_expert_model_parallel_world_size(),
@@ -35,7 +35,7 @@ def _join(parts: list[torch.Tensor], dim: int, stride: int) -> torch.Tensor:
 
 def shard_of(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     """This rank's slice of `full` for `param` (same shape as param)."""
-    for dim, stride, rank, size, _ in _groups(param):
+    for dim, stride, rank, size, _ in shard_splits(param):
         full = _take(full, dim, stride, rank, size)
     return full
 
@@ -46,7 +46,7 @@ def gather_full(param: torch.Tensor, local: torch.Tensor | None = None) -> torch
     `local` replaces the param's own data (a LoRA-merged weight) but keeps its layout.
     """
     tensor = (param if local is None else local).detach()
-    for dim, stride, _, size, group in reversed(_groups(param)):
+    for dim, stride, _, size, group in reversed(shard_splits(param)):
         if size > 1:
             parts = [torch.empty_like(tensor) for _ in range(size)]
             dist.all_gather(parts, tensor.contiguous(), group=group)

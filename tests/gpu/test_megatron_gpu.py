@@ -49,14 +49,14 @@ def test_tiny_bf16_logits_match_hf_long_and_packed(device):
 
 def test_full_finetune_distributed_optimizer_lowers_loss(device):
     from model.megatron import pack_lengths, token_logprobs
-    from model.megatron.build import build_model, rank_key
+    from model.megatron.build import build_model
     from model.megatron.init import init_weights
     from model.megatron.optim import train_step, wrap_for_training
     from model.megatron.spec import ModelSpec
 
     cfg = _tiny_cfg()
     model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), device)
-    init_weights(model, seed=0, rank_key=rank_key())
+    init_weights(model, seed=0)
     ddp, optimizer = wrap_for_training(model, lr=1e-3, weight_decay=0.0, grad_clip=1.0)
     ids_T = torch.randint(0, cfg.model.arch.vocab_size, (512,), device=device)
     packed = pack_lengths([256, 256], device)

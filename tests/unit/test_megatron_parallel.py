@@ -89,7 +89,8 @@ def _check_mesh(mesh, reference) -> dict:
     worst = sorted(cosines, key=cosines.get)[:3]
     return {"worst_logit": (full_logits(logits_TVl.detach())[: len(flat)] - ref).abs().max().item(),
             "worst_cosine": min(cosines.values()), "worst": [(n, round(cosines[n], 5)) for n in worst],
-            "lora_gather_error": _lora_gather_error(model, experts=mesh[2] == 1), **_streamed_export(model)}
+            "lora_gather_error": _lora_gather_error(model, experts=mesh[2] == 1), **_streamed_export(model),
+            "random_init_disagreement": _random_init_disagreement(model.spec, experts=mesh[2] == 1)}
 
 
 STREAM_BUCKET_BYTES = 16 << 10
@@ -114,6 +115,29 @@ def _streamed_export(model) -> dict:
     assert all(t.device.type == "meta" for b in streamed for _, t in b.tensors) == (dist.get_rank() != 0)
     return {"stream_error": error, "stream_names": [n for b in streamed for n, _ in b.tensors] == list(whole),
             "stream_buckets": [([n for n, _ in b.tensors], b.nbytes) for b in streamed]}
+
+
+def _random_init_disagreement(spec, experts: bool) -> float:
+    """Random init (no checkpoint) + LoRA on this mesh: the whole (gathered) value of every
+    tensor must be the same on every rank; otherwise replicas started out different.
+    Returns the largest spread of per-tensor checksums over the ranks."""
+    import torch.distributed as dist
+
+    from model.megatron.build import build_model
+    from model.megatron.init import init_adapters, init_weights
+    from model.megatron.lora import apply_lora
+    from model.megatron.shards import gather_full
+
+    model = build_model(spec, "cpu")
+    init_weights(model, seed=5)
+    targets = ["linear_fc1", "linear_fc2", "linear_proj", "linear_q_down_proj", "q_proj", "o_proj"]
+    apply_lora(model, targets if experts else targets[2:], rank=4, alpha=8.0)
+    init_adapters(model, seed=5)
+    sums = torch.stack([torch.stack([(full := gather_full(p).double()).sum(), full.square().sum()])
+                        for p in model.parameters()])
+    every = [torch.empty_like(sums) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, sums)
+    return max((other - sums).abs().max().item() for other in every)
 
 
 def _lora_gather_error(model, experts: bool) -> float:
@@ -175,6 +199,7 @@ def test_mesh_matches_hf_logits_and_grads(mesh_results, name):
         assert stats["worst_logit"] < 1e-4, (rank, stats)
         assert stats["worst_cosine"] > 0.9999, (rank, stats)
         assert stats["lora_gather_error"] < 1e-5, (rank, stats)
+        assert stats["random_init_disagreement"] == 0.0, (rank, stats)
         assert stats["stream_error"] == 0.0 and stats["stream_names"], (rank, stats["stream_error"])
     assert mesh_results[0][name]["stream_buckets"] == mesh_results[1][name]["stream_buckets"]
     assert len(mesh_results[0][name]["stream_buckets"]) > 1

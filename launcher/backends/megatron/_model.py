@@ -9,8 +9,8 @@ import torch
 from megatron.core import parallel_state as ps
 from safetensors import safe_open
 
-from model.megatron.build import build_model, init_parallel, rank_key
-from model.megatron.init import init_weights
+from model.megatron.build import build_model, init_parallel
+from model.megatron.init import init_adapters, init_weights
 from model.megatron.lora import apply_lora
 from model.megatron.mapping import LM
 from model.megatron.optim import wrap_for_training
@@ -49,12 +49,12 @@ def build_rank_model(config, device: torch.device, pad_id: int):
     if config.model.hf_path:
         load_hf_state(model, read_hf_checkpoint(config.model.hf_path))
     else:
-        init_weights(model, config.run.seed, rank_key())
+        init_weights(model, config.run.seed)
     lora = config.trainer.lora
     if lora.rank > 0:
-        torch.manual_seed(config.run.seed + rank_key())
         apply_lora(model, list(lora.targets), lora.rank, lora.alpha, lora.share_expert_adapters,
                    lora.normalize_moe_lora, config.model.arch.num_experts_per_tok)
+        init_adapters(model, config.run.seed)
     return model
 
 
