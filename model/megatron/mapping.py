@@ -85,14 +85,13 @@ def megatron_from_hf(hf_state: dict[str, torch.Tensor], spec) -> dict[str, torch
     return out
 
 
+def hf_parts(mname: str, hnames: tuple[str, ...], tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """The HF tensors one whole Megatron tensor becomes (a name_table row)."""
+    if mname.endswith("conv1d"):
+        return [(hnames[0], tensor.unsqueeze(1))]
+    return list(zip(hnames, tensor.chunk(len(hnames), dim=0), strict=True))
+
+
 def hf_from_megatron(full_state: dict[str, torch.Tensor], spec) -> dict[str, torch.Tensor]:
     """HF-named tensors (what the hf engine and vLLM load) from whole Megatron tensors."""
-    out = {}
-    for mname, hnames in name_table(spec):
-        tensor = full_state[mname]
-        if mname.endswith("conv1d"):
-            out[hnames[0]] = tensor.unsqueeze(1)
-        else:
-            for hname, part in zip(hnames, tensor.chunk(len(hnames), dim=0), strict=True):
-                out[hname] = part
-    return out
+    return dict(part for mname, hnames in name_table(spec) for part in hf_parts(mname, hnames, full_state[mname]))

@@ -2,11 +2,14 @@
 
 Export gathers every shard (a collective: call it on every rank); adapters are merged into
 the exported weights when the model carries LoRA (model.megatron.lora), so what leaves
-is always a plain HF state dict.
+is always a plain HF state dict. `hf_stream` yields it one tensor at a time, which is how
+weight sync sends it (never the whole model at once).
 """
+from collections.abc import Iterator
+
 import torch
 
-from model.megatron.mapping import hf_from_megatron, megatron_from_hf
+from model.megatron.mapping import hf_parts, megatron_from_hf, name_table
 from model.megatron.shards import gather_full, shard_of
 
 
@@ -28,14 +31,21 @@ def load_hf_state(model: torch.nn.Module, hf_state: dict[str, torch.Tensor]) -> 
             tensor.copy_(shard_of(full[name], tensor).to(tensor.dtype))
 
 
+def hf_stream(model: torch.nn.Module, merged: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+    """Whole HF-named tensors in the name table's order (layer by layer), LoRA merged in when
+    `merged`. Each Megatron tensor is gathered when reached: a collective, so every rank
+    iterates this in lockstep."""
+    tensors = base_tensors(model)
+    owners = {f"{name}.weight": module for name, module in model.named_modules()
+              if merged and hasattr(module, "merged_weight")}
+    for mname, hnames in name_table(model.spec):
+        owner = owners.get(mname)
+        with torch.no_grad():  # not around the yields: grad mode stays the caller's between items
+            full = gather_full(tensors[mname], owner.merged_weight() if owner is not None else None)
+        yield from hf_parts(mname, hnames, full)
+        del full
+
+
 def export_hf_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Whole HF-named tensors on every rank; LoRA adapters merged in."""
-    merged = {}
-    for module_name, module in model.named_modules():
-        if hasattr(module, "merged_weight"):
-            merged[f"{module_name}.weight"] = module
-    full = {}
-    for name, tensor in base_tensors(model).items():
-        owner = merged.get(name)
-        full[name] = gather_full(tensor, owner.merged_weight() if owner is not None else None)
-    return hf_from_megatron(full, model.spec)
+    return dict(hf_stream(model, merged=True))

@@ -99,16 +99,19 @@ STREAM_BUCKET_BYTES = 16 << 10
 def _streamed_export(model) -> dict:
     """The weight sync's export (LoRA merged, after _lora_gather_error) in small buckets:
     the same buckets on every rank (their gathers run in lockstep), only rank 0 keeps
-    tensors, and they equal export_hf_state's."""
+    tensors, and they equal the whole model gathered at once and mapped by hf_from_megatron."""
     import torch.distributed as dist
 
     from launcher.backends._stream import _measured, _to_host, buckets
-    from launcher.backends.megatron._export import hf_items
-    from model.megatron.weights import export_hf_state
+    from model.megatron.mapping import hf_from_megatron
+    from model.megatron.shards import gather_full
+    from model.megatron.weights import base_tensors, hf_stream
 
     keep = _to_host if dist.get_rank() == 0 else _measured
-    streamed = list(buckets((("weights", n, keep(t)) for n, t in hf_items(model, merged=True)), STREAM_BUCKET_BYTES))
-    whole = export_hf_state(model)
+    streamed = list(buckets((("weights", n, keep(t)) for n, t in hf_stream(model, merged=True)), STREAM_BUCKET_BYTES))
+    owners = {f"{name}.weight": m for name, m in model.named_modules() if hasattr(m, "merged_weight")}
+    whole = hf_from_megatron({name: gather_full(t, owners[name].merged_weight() if name in owners else None)
+                              for name, t in base_tensors(model).items()}, model.spec)
     error = 0.0
     if dist.get_rank() == 0:
         error = max((whole[n] - t).abs().max().item() for b in streamed for n, t in b.tensors)

@@ -1,8 +1,8 @@
 """What the megatron trainer ships to the engines: HF-named weights (LoRA merged), or a
 peft-format adapter with the hf backend's LoraConfig.
 
-Weights leave one Megatron tensor at a time (`hf_items`, model.megatron.weights'
-export_hf_state as a stream), so a weight sync never gathers the whole model at once.
+Weights leave one Megatron tensor at a time (model.megatron.weights.hf_stream), so a
+weight sync never gathers the whole model at once.
 
 Adapters map Megatron module names to HF ones; a fused gate|up adapter (linear_fc1) becomes
 two peft adapters sharing A, and per-expert adapters become experts.{e}.{gate,up,down}_proj.
@@ -10,39 +10,16 @@ Every adapter is rescaled and zero-padded to the config's rank so one peft scale
 (alpha / rank) reproduces each module's own delta exactly (expert ranks may be smaller
 with normalize_moe_lora).
 """
-from collections.abc import Iterator
-
 import torch
 
-from model.megatron.mapping import LM, name_table
+from model.megatron.mapping import LM
 from model.megatron.shards import gather_full
-from model.megatron.weights import base_tensors
 
 HF_MODULE = {
     "linear_q_down_proj": "q_a_proj", "linear_q_up_proj": "q_b_proj", "linear_kv_down_proj": "kv_a_proj_with_mqa",
     "linear_kv_up_proj": "kv_b_proj", "linear_proj": "o_proj", "f_a_proj": "forget_gate.f_a_proj",
 }
 PEFT_PREFIX = "base_model.model."
-
-
-def hf_items(model: torch.nn.Module, merged: bool) -> Iterator[tuple[str, torch.Tensor]]:
-    """Whole HF-named tensors, in the name table's order (layer by layer, as export_hf_state),
-    LoRA merged in when `merged`. Each Megatron tensor is gathered when reached: a
-    collective, so every rank iterates this in lockstep; the split into HF tensors
-    repeats hf_from_megatron's rule for one tensor (that function takes the whole model).
-    """
-    tensors = base_tensors(model)
-    owners = {f"{name}.weight": module for name, module in model.named_modules()
-              if merged and hasattr(module, "merged_weight")}
-    for mname, hnames in name_table(model.spec):
-        owner = owners.get(mname)
-        with torch.no_grad():  # not around the yields: grad mode stays the caller's between items
-            full = gather_full(tensors[mname], owner.merged_weight() if owner is not None else None)
-        if mname.endswith("conv1d"):
-            yield hnames[0], full.unsqueeze(1)
-        else:
-            yield from zip(hnames, full.chunk(len(hnames), dim=0), strict=True)
-        del full
 
 
 def _pair(a: torch.Tensor, b: torch.Tensor, module_scale: float, rank: int, alpha: float):

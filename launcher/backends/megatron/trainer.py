@@ -23,7 +23,7 @@ from launcher.backends._stream import StreamedExport
 from launcher.backends.hf._batch import ungrid
 from launcher.backends.hf._lora import lora_kwargs
 from launcher.backends.megatron import _model
-from launcher.backends.megatron._export import adapter_tensors, hf_items
+from launcher.backends.megatron._export import adapter_tensors
 from launcher.backends.megatron._pack import pack_shard
 from launcher.backends.megatron._state import DeviceMover, lora_disabled
 from launcher.backends.protocols import TrainShard, WeightUpdate
@@ -34,6 +34,7 @@ from model.megatron import token_logprobs
 from model.megatron.entropy import token_entropy
 from model.megatron.optim import sum_grads_without_ddp
 from model.megatron.parallel import tp_size
+from model.megatron.weights import hf_stream
 
 
 @TRAINERS.register("megatron")
@@ -140,10 +141,10 @@ class MegatronTrainer(StreamedExport):
         after its frozen base when `with_base`; every tensor a gather across the mesh."""
         lora = self.cfg.trainer.lora
         if self.lora is None or lora.merge:
-            yield from (("weights", name, t) for name, t in hf_items(self.model, merged=True))
+            yield from (("weights", name, t) for name, t in hf_stream(self.model, merged=True))
             return
         if with_base:
-            yield from (("weights", name, t) for name, t in hf_items(self.model, merged=False))
+            yield from (("weights", name, t) for name, t in hf_stream(self.model, merged=False))
         adapter = adapter_tensors(self.model, lora.rank, lora.alpha)  # a few hundred MB at most: whole
         yield from (("adapter", name, t) for name, t in adapter.items())
 
