@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state as ps
 
-from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, meg_loss
+from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, meg_loss, timed
 from launcher.compose import compose
 from launcher.plan import make_plan
 from launcher.search.cost import estimate_step
@@ -44,24 +44,6 @@ from tests.gpu.megatron_setup import (
 MESHES = {"dp2": (1, 1, 1), "ep2_etp1": (1, 2, 1), "tp2": (2, 1, 1), "tp2_ep2": (2, 2, 1)}
 TRAIN_SHARE_OF_COMPUTE = 6 / 8
 """The cost model's compute is log-prob pass (2) + training (6) x active x tokens."""
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(step, device: torch.device, iters: int) -> float:
-    """Median seconds of `step` after one warm-up call (which compiles and autotunes)."""
-    step()
-    times = []
-    for _ in range(iters):
-        sync(device)
-        start = time.perf_counter()
-        step()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def reference(model_cfg, device, ids_T):
@@ -125,7 +107,7 @@ def training_steps(meg, ids_T, single, device, iters: int) -> dict:
             fwd_bwd(meg, ids_T, single)
             sum_grads_without_ddp(meg)
             optimizer.step()
-    step_s = timed(step, device, iters)
+    step_s = timed(step, iters, device)
     if device.type != "cuda":
         return {"step_s": step_s, "peak_reserved_gib": 0.0}
     return {"step_s": step_s, "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
@@ -164,7 +146,7 @@ def run_mesh(name, mesh, args, model_cfg, ref, ids_T, device) -> dict:
                topk=model_cfg.arch.num_experts_per_tok)
     grad_cos = lora_grad_cosines(meg, a_values, want_dB, ids_T, single, device)
     tp, dp = ps.get_tensor_model_parallel_world_size(), ps.get_data_parallel_world_size()
-    fwd_bwd_s = timed(partial(fwd_bwd, meg, ids_T, single), device, args.iters)
+    fwd_bwd_s = timed(partial(fwd_bwd, meg, ids_T, single), args.iters, device)
     steps = training_steps(meg, ids_T, single, device, args.iters)
     row = {"mesh": name, "tp": tp, "ep": mesh[1], "etp": mesh[2], "dp": dp, "parity": parity,
            **grad_cos, "fwd_bwd_s": fwd_bwd_s,

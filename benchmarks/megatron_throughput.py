@@ -35,15 +35,19 @@ from tests.gpu.megatron_setup import (
 LORA_RANK, LORA_ALPHA = 16, 32.0
 
 
-def timed(step, iters: int) -> float:
-    """Median seconds of `step` after one warm-up call (which compiles and autotunes)."""
+def timed(step, iters: int, device: torch.device | None = None) -> float:
+    """Median seconds of `step` after one warm-up call (which compiles and autotunes);
+    CUDA is synchronised around each call unless `device` is a CPU."""
+    on_gpu = device is None or device.type == "cuda"
     step()
     times = []
     for _ in range(iters):
-        torch.cuda.synchronize()
+        if on_gpu:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         step()
-        torch.cuda.synchronize()
+        if on_gpu:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
 
