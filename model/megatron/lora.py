@@ -6,6 +6,8 @@ Sharding follows the base: column-parallel -> B split, A duplicated; row-paralle
 split, B duplicated (duplicated adapters get partial grads, summed over TP like norms).
 Routed experts get one adapter per expert (stored like expert weights: split over EP), or
 one adapter shared by the layer's experts; normalize_moe_lora divides their rank by top-k.
+A shared adapter is a dense, duplicated weight: with EP each rank's grad covers its own
+experts' tokens, and the data-parallel reduction (which spans the EP ranks) sums them.
 Shape legend: A tokens (or assignments), G local experts, R rank, I input, O output.
 """
 import torch
@@ -54,8 +56,6 @@ class LoraGrouped(torch.nn.Module):
         experts, out_f, in_f = base.weight.shape
         if ps.get_expert_tensor_parallel_world_size() > 1:
             raise ValueError("LoRA on routed experts needs trainer.mesh.etp=1 (expert adapters are not ETP-split)")
-        if shared and ps.get_expert_model_parallel_world_size() > 1:
-            raise ValueError("trainer.lora.share_expert_adapters needs trainer.mesh.ep=1 (a shared adapter would span EP ranks)")
         self.weight, self.scale, self.shared = base.weight, alpha / rank, shared
         self.weight.requires_grad_(False)
         lead = () if shared else (experts,)

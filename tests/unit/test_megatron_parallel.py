@@ -90,7 +90,9 @@ def _check_mesh(mesh, reference) -> dict:
     return {"worst_logit": (full_logits(logits_TVl.detach())[: len(flat)] - ref).abs().max().item(),
             "worst_cosine": min(cosines.values()), "worst": [(n, round(cosines[n], 5)) for n in worst],
             "lora_gather_error": _lora_gather_error(model, experts=mesh[2] == 1), **_streamed_export(model),
-            "random_init_disagreement": _random_init_disagreement(model.spec, experts=mesh[2] == 1)}
+            "random_init_disagreement": _random_init_disagreement(model.spec, experts=mesh[2] == 1),
+            "shared_adapter_cosine": (_shared_expert_adapter_cosine(reference, mesh, mine, packed, ids_T)
+                                      if mesh[2] == 1 else None)}
 
 
 STREAM_BUCKET_BYTES = 16 << 10
@@ -118,6 +120,40 @@ def _streamed_export(model) -> dict:
     assert all(t.device.type == "meta" for b in streamed for _, t in b.tensors) == (dist.get_rank() != 0)
     return {"stream_error": error, "stream_names": [n for b in streamed for n, _ in b.tensors] == list(whole),
             "stream_buckets": [([n for n, _ in b.tensors], b.nbytes) for b in streamed]}
+
+
+def _shared_expert_adapter_cosine(reference, mesh, mine: list[int], packed, ids_T) -> float:
+    """One LoRA adapter shared by each layer's routed experts (any EP): after the grad sums
+    DDP does, dL/dB = s sum_e G_e A^T from HF's full-weight expert grads (B = 0)."""
+    from launcher.backends.hf._model import language_state
+    from model.megatron import token_logprobs
+    from model.megatron.build import build_model
+    from model.megatron.init import init_adapters
+    from model.megatron.lora import apply_lora
+    from model.megatron.mapping import megatron_from_hf
+    from model.megatron.optim import sum_grads_without_ddp
+    from model.megatron.parity import cosine
+    from model.megatron.spec import ModelSpec
+    from model.megatron.weights import load_hf_state
+
+    cfg, hf, _, _, hf_grads = reference
+    model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype, pad_token_id=0), "cpu")
+    load_hf_state(model, language_state(hf))
+    adapted = apply_lora(model, ["linear_fc1", "linear_fc2"], rank=4, alpha=8.0, share_expert_adapters=True)
+    init_adapters(model, seed=7)
+    logp_T = token_logprobs(model(ids_T, packed), ids_T.roll(-1))
+    keep = torch.ones(len(ids_T), dtype=torch.bool)
+    keep[[end - 1 for _, end in packed.bounds]] = False
+    (-logp_T[keep].sum()).backward()
+    sum_grads_without_ddp(model)
+    full_G = megatron_from_hf(hf_grads, model.spec)
+    cosines = []
+    for name in adapted:
+        module = model.get_submodule(name)
+        if getattr(module, "shared", False):
+            want = module.scale * torch.einsum("eoi,ri->or", full_G[f"{name}.weight"], module.lora_A.detach())
+            cosines.append(cosine(module.lora_B.grad, want))
+    return min(cosines)
 
 
 def _random_init_disagreement(spec, experts: bool) -> float:
@@ -203,6 +239,7 @@ def test_mesh_matches_hf_logits_and_grads(mesh_results, name):
         assert stats["worst_cosine"] > 0.9999, (rank, stats)
         assert stats["lora_gather_error"] < 1e-5, (rank, stats)
         assert stats["random_init_disagreement"] == 0.0, (rank, stats)
+        assert stats["shared_adapter_cosine"] is None or stats["shared_adapter_cosine"] > 0.9999, (rank, stats)
         assert stats["stream_error"] == 0.0 and stats["stream_names"], (rank, stats["stream_error"])
     assert mesh_results[0][name]["stream_buckets"] == mesh_results[1][name]["stream_buckets"]
     assert len(mesh_results[0][name]["stream_buckets"]) > 1
