@@ -104,8 +104,15 @@ def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
         return rt.last_checkpoint
 
 
+def _already_complete(config, run_dir: Path, checkpoint: Path) -> str:
+    """A finished run asked to resume: say so instead of starting Ray to train 0 steps (a
+    resubmitted sweep then skips its finished points and exits 0)."""
+    return (f"nothing to do: {run_dir} already completed run.steps={config.run.steps} (checkpoint {checkpoint}); "
+            "raise run.steps to train further, or give a new run.name to start over\n")
+
+
 def launch(composed, plan, run_dir) -> int:
-    from launcher.rl.checkpoint import Checkpointer, ResumeError, checkpoint_root, resolve_resume
+    from launcher.rl.checkpoint import Checkpointer, ResumeError, checkpoint_root, load_driver_state, resolve_resume
 
     config, run_dir = composed.config, Path(run_dir)
     ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,
@@ -113,6 +120,9 @@ def launch(composed, plan, run_dir) -> int:
     with _sigterm_as_interrupt():
         try:
             resume_from = resolve_resume(config.run.resume, ckpt)
+            if resume_from is not None and load_driver_state(resume_from).step >= config.run.steps:
+                sys.stdout.write(_already_complete(config, run_dir, resume_from))
+                return EXIT_OK
             last = _run(composed, plan, run_dir, ckpt, resume_from)
         except KeyboardInterrupt:
             sys.stderr.write(f"interrupted; Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
