@@ -15,12 +15,12 @@ merged sync, and after adapter syncs of moved adapters, are compared with the tr
 (KL), so the right tensors are known to land.
 """
 import argparse
-import json
 import time
 
 import torch
 import torch.distributed as dist
 
+from benchmarks.megatron_throughput import emit, lora_overrides
 from launcher.backends._stream import sync_in_process
 from launcher.backends.hf.engine import HfEngine
 from launcher.backends.megatron.trainer import MegatronTrainer
@@ -30,7 +30,6 @@ from model.megatron import full_logits, pack_lengths
 from model.megatron.parity import kl_and_dlogp
 from tests.gpu.megatron_setup import DOMAIN_LORA_TARGETS, init_distributed
 
-LORA_RANK, LORA_ALPHA = 16, 32.0
 TARGETS = [t for t in DOMAIN_LORA_TARGETS if t not in ("linear_fc1", "linear_fc2")]
 """Attention projections only: the hf engine's peft model has no routed-expert adapters
 (fused 3-D expert weights), so an expert adapter could not land there."""
@@ -41,8 +40,7 @@ def overrides(args, world: int, merge: bool) -> list[str]:
     return [f"model={args.model}", cluster, f"cluster.gpus_per_node={world}", "trainer.backend=megatron",
             f"trainer.mesh.tp={args.tp}", f"trainer.mesh.sequence_parallel={str(args.tp > 1).lower()}",
             "inference.backend=hf", "inference.engines=1", "inference.tp=1", "placement.mode=colocated",
-            f"trainer.lora.rank={LORA_RANK}", f"trainer.lora.alpha={LORA_ALPHA}", f"trainer.lora.merge={str(merge).lower()}",
-            "trainer.lora.normalize_moe_lora=true", f"trainer.lora.targets=[{','.join(TARGETS)}]"]
+            f"trainer.lora.merge={str(merge).lower()}", *lora_overrides(TARGETS)]
 
 
 def timed_sync(trainer, engines, version: int, with_base: bool, device) -> dict:
@@ -111,11 +109,7 @@ def main() -> None:
     result["merged"]["over_planner"] = result["merged"]["seconds"] / result["planner_merged_s"]
     result["adapter"]["over_planner"] = result["adapter"]["seconds"] / result["planner_adapter_s"]
     if rank == 0:
-        text = json.dumps(result, indent=1)
-        print(text, flush=True)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text)
+        emit(result, args.out)
     dist.destroy_process_group()
 
 

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state as ps
 
-from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, meg_loss, timed
+from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, lora_overrides, meg_loss, timed
 from launcher.compose import compose
 from launcher.plan import make_plan
 from launcher.search.cost import estimate_step
@@ -119,8 +119,7 @@ def planner_overrides(model_name: str, mesh: tuple[int, int, int], tokens: int, 
     return [f"model={model_name}", "cluster=h200x1", f"cluster.gpus_per_node={world}", "trainer.backend=megatron",
             f"trainer.mesh.tp={tp}", f"trainer.mesh.ep={ep}", f"trainer.mesh.etp={etp}",
             f"trainer.mesh.sequence_parallel={str(tp > 1).lower()}", f"trainer.max_tokens_per_microbatch={tokens}",
-            f"trainer.lora.rank={LORA_RANK}", f"trainer.lora.alpha={LORA_ALPHA}", "trainer.lora.normalize_moe_lora=true",
-            f"trainer.lora.targets=[{','.join(DOMAIN_LORA_TARGETS)}]"]
+            *lora_overrides()]
 
 
 def planner_view(model_name: str, mesh, tokens: int, world: int) -> dict:

@@ -13,10 +13,10 @@ repeats the logits comparison with cuBLAS's reduced-precision bf16 reductions tu
 `hf_shape_floor` is the same comparison for HF glm5_next (one sequence vs a longer one).
 """
 import argparse
-import json
 
 import torch
 
+from benchmarks.megatron_throughput import emit
 from launcher.compose import compose
 from model.megatron import full_logits, pack_lengths
 from model.megatron.moe import MoE
@@ -100,11 +100,7 @@ def main() -> None:
     result["modules"] = compare(alone, packed)
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     result["no_reduced_precision_kl_first_seq"] = logits_kl(meg, ids_T, device)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -67,12 +67,26 @@ def meg_loss(meg, ids_T, packed):
     return -logp_T[:-1].mean()
 
 
+def lora_overrides(targets: list[str] = DOMAIN_LORA_TARGETS) -> list[str]:
+    """The LoRA every GPU benchmark trains, as config overrides (for the planner's view)."""
+    return [f"trainer.lora.rank={LORA_RANK}", f"trainer.lora.alpha={LORA_ALPHA}", "trainer.lora.normalize_moe_lora=true",
+            f"trainer.lora.targets=[{','.join(targets)}]"]
+
+
+def emit(result: dict, out: str | None) -> None:
+    """Print the result as JSON and write it to `out` when given."""
+    text = json.dumps(result, indent=1)
+    print(text, flush=True)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+
+
 def planner_gib(model_name: str, lora: bool) -> float:
     overrides = [f"model={model_name}", "cluster=h200x1", "trainer.backend=megatron",
                  "trainer.max_tokens_per_microbatch=4096"]
     if lora:
-        overrides += [f"trainer.lora.rank={LORA_RANK}", f"trainer.lora.alpha={LORA_ALPHA}",
-                      "trainer.lora.normalize_moe_lora=true", f"trainer.lora.targets=[{','.join(DOMAIN_LORA_TARGETS)}]"]
+        overrides += lora_overrides()
     return make_plan(compose(overrides).config).memory.trainer.total_gib
 
 
@@ -175,12 +189,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="per-kernel CUDA time of one Megatron step")
     parser.add_argument("--perturb", action="store_true", help="move mHC base and k-pool weights off HF's constants")
     args = parser.parse_args()
-    result = run(args.model, args.tokens, args.iters, args.perturb, args.profile)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(run(args.model, args.tokens, args.iters, args.perturb, args.profile), args.out)
 
 
 if __name__ == "__main__":
