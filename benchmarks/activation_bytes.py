@@ -9,6 +9,8 @@ widths and top-k, not on how many experts exist. Every tensor autograd saves is 
 once (by storage), weights excluded, and charged to the innermost named part that was
 running (KDA, MLA, MoE, dense MLP, mHC, norms, the loss). The planner's figure for the same
 config is printed beside it; the H200 LoRA steps read 8-9 GiB above the planner at TP1.
+KDAttention here is the pure-torch CPU recurrence, which keeps far more than fla's kernel
+does on GPU, so its row and the totals say nothing about GPU KDA: read the other rows.
 """
 import argparse
 from collections import defaultdict
@@ -55,12 +57,16 @@ class SavedBytes:
 
 def attach(model, counter: SavedBytes) -> None:
     """Pre/post forward hooks that charge what each named sub-module saves to its kind."""
+
+    def leave(module, args, output) -> None:  # returns None, so the module's output stays
+        counter.stack.pop()
+
     for layer in model.layers:
         for name in PARTS:
             module = getattr(layer, name)
             kind = type(module).__name__ if name in ("self_attention", "mlp") else name
             module.register_forward_pre_hook(lambda m, a, k=kind: counter.stack.append(k))
-            module.register_forward_hook(lambda m, a, o: counter.stack.pop() and None)  # None keeps the output
+            module.register_forward_hook(leave)
 
 
 def main() -> None:
@@ -90,7 +96,7 @@ def main() -> None:
         print(f"{part:<48} {nbytes / args.tokens / 1e3:>10.1f}")
     print(f"{'measured total':<48} {measured / 1e3:>10.1f}")
     print(f"{'planner (activation_bytes / tokens)':<48} {planned / 1e3:>10.1f}")
-    print(f"measured / planner: {measured / planned:.2f}")
+    print(f"measured / planner: {measured / planned:.2f} (KDAttention is the CPU recurrence: see the docstring)")
 
 
 if __name__ == "__main__":
