@@ -53,7 +53,10 @@ def timed(step, iters: int, device: torch.device | None = None) -> float:
 
 
 def train_step(model, loss_fn, *args) -> None:
-    model.zero_grad(set_to_none=False)
+    """One fwd+bwd as a plain PyTorch loop runs it: grads set to None first, so backward
+    writes them instead of adding into zeroed buffers (50 ms a step on the 4-layer slice,
+    whose 22B expert weights all train here)."""
+    model.zero_grad(set_to_none=True)
     loss_fn(model, *args).backward()
 
 
