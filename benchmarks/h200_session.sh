@@ -6,6 +6,7 @@
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor  # torch.compile'd kernels travel with the Triton cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 cat .tritonparts/triton.txz* | tar xJf - -C "$HOME"
 step=0

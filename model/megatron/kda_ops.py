@@ -59,12 +59,16 @@ def kda_fla(q_THK, k_THK, v_THV, g_THK, beta_TH, packed: Packed) -> torch.Tensor
 
     A single sequence goes without cu_seqlens: the same kernel specialisation HF uses, so
     one Triton compile serves both (each specialisation costs minutes of autotuning).
+    Packed, the host copy of cu_seqlens spares fla a device-to-host read (a GPU stall).
     """
     from fla.ops.kda import chunk_kda
 
-    cu_seqlens = packed.cu_seqlens.long() if len(packed.bounds) > 1 else None
+    cu_seqlens = cu_seqlens_cpu = None
+    if len(packed.bounds) > 1:
+        cu_seqlens = packed.cu_seqlens.long()
+        cu_seqlens_cpu = torch.tensor([start for start, _ in packed.bounds] + [packed.total])
     out_1THV, _ = chunk_kda(q_THK[None], k_THK[None], v_THV[None], g_THK[None], beta_TH[None],
-                            use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
+                            use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu)
     return out_1THV[0]
 
 

@@ -8,6 +8,7 @@ Shape legend: T tokens, Tl local tokens, D hidden, F local intermediate width.
 import torch
 import torch.nn.functional as F
 
+from model.megatron.fused import fused
 from model.megatron.parallel import ShardedLinear, enter_tp, exit_tp
 
 
@@ -16,6 +17,28 @@ def _clamp(gate_up_TF2: torch.Tensor, limit: float | None) -> tuple[torch.Tensor
     if limit is None:
         return gate, up
     return gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
+
+
+@fused
+def _swiglu(gate_up_TF2: torch.Tensor, limit: float | None) -> torch.Tensor:
+    gate, up = _clamp(gate_up_TF2, limit)
+    return F.silu(gate) * up
+
+
+@fused
+def _swiglu_grad(gate_up_TF2: torch.Tensor, grad_TF: torch.Tensor, limit: float | None) -> torch.Tensor:
+    """d(out)/d(gate | up) from fc1's output: the clamps and the sigmoid redone in fp32."""
+    work = torch.promote_types(gate_up_TF2.dtype, torch.float32)
+    gate, up = _clamp(gate_up_TF2.to(work), limit)
+    sig = torch.sigmoid(gate)
+    grad = grad_TF.to(work)
+    grad_gate = grad * up * sig * (1 + gate * (1 - sig))
+    grad_up = grad * gate * sig
+    if limit is not None:
+        raw_gate, raw_up = gate_up_TF2.chunk(2, dim=-1)
+        grad_gate = grad_gate * (raw_gate <= limit)
+        grad_up = grad_up * (raw_up.abs() <= limit)
+    return torch.cat([grad_gate, grad_up], dim=-1).to(gate_up_TF2.dtype)
 
 
 class ClampedSwiGLU(torch.autograd.Function):
@@ -29,23 +52,12 @@ class ClampedSwiGLU(torch.autograd.Function):
     def forward(ctx, gate_up_TF2: torch.Tensor, limit: float | None) -> torch.Tensor:
         ctx.save_for_backward(gate_up_TF2)
         ctx.limit = limit
-        gate, up = _clamp(gate_up_TF2, limit)
-        return F.silu(gate) * up
+        return _swiglu(gate_up_TF2, limit)
 
     @staticmethod
     def backward(ctx, grad_TF: torch.Tensor):
         (gate_up_TF2,) = ctx.saved_tensors
-        work = torch.promote_types(gate_up_TF2.dtype, torch.float32)
-        gate, up = _clamp(gate_up_TF2.to(work), ctx.limit)
-        sig = torch.sigmoid(gate)
-        grad = grad_TF.to(work)
-        grad_gate = grad * up * sig * (1 + gate * (1 - sig))
-        grad_up = grad * gate * sig
-        if ctx.limit is not None:
-            raw_gate, raw_up = gate_up_TF2.chunk(2, dim=-1)
-            grad_gate = grad_gate * (raw_gate <= ctx.limit)
-            grad_up = grad_up * (raw_up.abs() <= ctx.limit)
-        return torch.cat([grad_gate, grad_up], dim=-1).to(gate_up_TF2.dtype), None
+        return _swiglu_grad(gate_up_TF2, grad_TF, ctx.limit), None
 
 
 def clamped_swiglu(gate_up_TF2: torch.Tensor, limit: float | None) -> torch.Tensor:

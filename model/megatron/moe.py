@@ -17,6 +17,7 @@ from megatron.core import parallel_state as ps
 from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_function
 
 from model.megatron.comm import gather_tokens, reduce_scatter_tokens
+from model.megatron.fused import fused
 from model.megatron.grouped import GroupedLinear
 from model.megatron.mlp import SwiGLUMLP, clamped_swiglu
 from model.megatron.parallel import mark_duplicated, split_size
@@ -40,16 +41,35 @@ class RoutedExperts(torch.nn.Module):
         self.linear_fc1 = GroupedLinear(self.local_experts, spec.hidden_size, 2 * width, spec.dtype, etp_dim=1, stride=2)
         self.linear_fc2 = GroupedLinear(self.local_experts, width, spec.hidden_size, spec.dtype, etp_dim=2)
 
-    def forward(self, x_TD: torch.Tensor, probs_TK: torch.Tensor, experts_TK: torch.Tensor) -> torch.Tensor:
+    def forward(self, x_TD: torch.Tensor, probs_TK: torch.Tensor, experts_TK: torch.Tensor,
+                all_local: bool = True) -> torch.Tensor:
+        """`all_local`: every assignment goes to one of this rank's experts (no expert
+        parallelism, no padding rows): they are taken without a boolean mask, whose
+        data-dependent size would make the host wait for the GPU."""
         local_TK = experts_TK - self.first
-        mine_TK = (local_TK >= 0) & (local_TK < self.local_experts)
-        token_A = torch.arange(x_TD.shape[0], device=x_TD.device).unsqueeze(-1).expand_as(local_TK)[mine_TK]
-        expert_A, prob_A = local_TK[mine_TK], probs_TK[mine_TK]
+        token_TK = torch.arange(x_TD.shape[0], device=x_TD.device).unsqueeze(-1).expand_as(local_TK)
+        if all_local:
+            token_A, expert_A, prob_A = token_TK.flatten(), local_TK.flatten(), probs_TK.flatten()
+        else:
+            mine_TK = (local_TK >= 0) & (local_TK < self.local_experts)
+            token_A, expert_A, prob_A = token_TK[mine_TK], local_TK[mine_TK], probs_TK[mine_TK]
         order_A = torch.argsort(expert_A, stable=True)
         token_A, expert_A, prob_A = token_A[order_A], expert_A[order_A], prob_A[order_A]
-        counts_E = torch.bincount(expert_A, minlength=self.local_experts)
+        counts_E = torch.zeros(self.local_experts, dtype=torch.long, device=x_TD.device)
+        counts_E.scatter_add_(0, expert_A, torch.ones_like(expert_A))
         hidden_AF = clamped_swiglu(self.linear_fc1(x_TD[token_A], counts_E), self.limit)
         return WeightedCombine.apply(self.linear_fc2(hidden_AF, counts_E), prob_A, token_A, x_TD.shape[0])
+
+
+@fused
+def _combine(y_AD: torch.Tensor, prob_A: torch.Tensor, token_A: torch.Tensor, out_TD: torch.Tensor) -> torch.Tensor:
+    return out_TD.index_add(0, token_A, y_AD.float() * prob_A.unsqueeze(-1))
+
+
+@fused
+def _combine_grad(grad_TD: torch.Tensor, y_AD: torch.Tensor, prob_A: torch.Tensor, token_A: torch.Tensor):
+    grad_AD = grad_TD.index_select(0, token_A)
+    return (grad_AD * prob_A.unsqueeze(-1)).to(y_AD.dtype), (grad_AD * y_AD.float()).sum(-1)
 
 
 class WeightedCombine(torch.autograd.Function):
@@ -64,14 +84,12 @@ class WeightedCombine(torch.autograd.Function):
     def forward(ctx, y_AD: torch.Tensor, prob_A: torch.Tensor, token_A: torch.Tensor, tokens: int) -> torch.Tensor:
         ctx.save_for_backward(y_AD, prob_A, token_A)
         out_TD = torch.zeros(tokens, y_AD.shape[1], dtype=torch.float32, device=y_AD.device)
-        return out_TD.index_add_(0, token_A, y_AD.float() * prob_A.unsqueeze(-1))
+        return _combine(y_AD, prob_A, token_A, out_TD)
 
     @staticmethod
     def backward(ctx, grad_TD: torch.Tensor):
         y_AD, prob_A, token_A = ctx.saved_tensors
-        grad_AD = grad_TD.index_select(0, token_A)
-        grad_y = (grad_AD * prob_A.unsqueeze(-1)).to(y_AD.dtype)
-        grad_prob = (grad_AD * y_AD.float()).sum(-1)
+        grad_y, grad_prob = _combine_grad(grad_TD, y_AD, prob_A, token_A)
         return grad_y, grad_prob, None, None
 
 
@@ -113,5 +131,5 @@ class MoE(torch.nn.Module):
         x_TD, probs_TK = F.pad(x_TD, (0, 0, 0, pad)), F.pad(probs_TK, (0, 0, 0, pad))
         experts_TK = F.pad(experts_TK, (0, 0, 0, pad), value=-1)
         routed_TD = self.experts(gather_tokens(x_TD, group), gather_tokens(probs_TK, group),
-                                 gather_tokens(experts_TK, group))
+                                 gather_tokens(experts_TK, group), all_local=False)
         return reduce_scatter_tokens(routed_TD, group)[: x_TD.shape[0] - pad]

@@ -5,7 +5,15 @@ input and the normalised bf16 output cost 6 B per element, 3x the input, twice p
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from model.megatron.fused import fused
 from model.megatron.parallel import mark_duplicated
+
+
+@fused
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
 
 
 class RMSNorm(torch.nn.Module):
@@ -16,10 +24,5 @@ class RMSNorm(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():
-            return checkpoint(self._norm, x, use_reentrant=False)
-        return self._norm(x)
-
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+            return checkpoint(rms_norm, x, self.weight, self.eps, use_reentrant=False)
+        return rms_norm(x, self.weight, self.eps)
