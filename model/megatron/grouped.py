@@ -15,6 +15,26 @@ ALIGN = 8
 """torch._grouped_mm needs 16-byte strides: small LoRA ranks are zero-padded to 8 columns."""
 
 
+class GroupedMM(torch.autograd.Function):
+    """torch._grouped_mm(x, weight^T) with the weight grad formed in the weight's own
+    [G, O, I] layout. Through autograd it comes out [G, I, O] and transposed, and the grad
+    accumulator copies it into the parameter's layout: a copy of every expert weight
+    (0.7 ms per expert matrix and layer on the 4-layer slice, 8.6 ms a step)."""
+
+    @staticmethod
+    def forward(ctx, x_AI: torch.Tensor, weight_GOI: torch.Tensor, offsets_G: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x_AI, weight_GOI, offsets_G)
+        return torch._grouped_mm(x_AI, weight_GOI.transpose(-2, -1), offs=offsets_G)
+
+    @staticmethod
+    def backward(ctx, grad_AO: torch.Tensor):
+        x_AI, weight_GOI, offsets_G = ctx.saved_tensors
+        grad_AO = grad_AO.contiguous()
+        grad_x = torch._grouped_mm(grad_AO, weight_GOI, offs=offsets_G) if ctx.needs_input_grad[0] else None
+        grad_w = torch._grouped_mm(grad_AO.T, x_AI, offs=offsets_G) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w, None
+
+
 def grouped_matmul(x_AI: torch.Tensor, weight_GOI: torch.Tensor, counts_G: torch.Tensor) -> torch.Tensor:
     """Row block g of x (counts_G[g] rows) times weight[g]^T."""
     if x_AI.is_cuda:
@@ -24,7 +44,7 @@ def grouped_matmul(x_AI: torch.Tensor, weight_GOI: torch.Tensor, counts_G: torch
             x_AI = F.pad(x_AI, (0, pad_in))
             weight_GOI = F.pad(weight_GOI, (0, pad_in, 0, pad_out))
         offsets_G = torch.cumsum(counts_G, 0, dtype=torch.int32)
-        return torch._grouped_mm(x_AI, weight_GOI.transpose(-2, -1), offs=offsets_G)[:, :out_f]
+        return GroupedMM.apply(x_AI, weight_GOI, offsets_G)[:, :out_f]
     blocks = torch.split(x_AI, counts_G.tolist())
     return torch.cat([block @ weight_GOI[g].T for g, block in enumerate(blocks)])
 
