@@ -3,6 +3,7 @@
 # carried wheels, restore the Triton/fla autotune cache, run the given steps each under its
 # own time limit, then hand the grown cache back in 15 MB parts. Usage, from the repo root:
 #   bash benchmarks/h200_session.sh "<seconds> <command>" ...      (logs and results in $OUT)
+# RETURN_CACHE=0 skips handing the cache back (a last call of the session).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -17,4 +18,7 @@ for spec in "$@"; do
     timeout "$limit" bash -c "${spec#* }" >"$OUT/step$step.log" 2>&1
     echo "[$(date +%T)] step $step exit $?" | tee -a "$OUT/session.log"
 done
-tar cf - -C "$HOME" .triton | xz -T0 -3 | split -b 15M - "$OUT/triton.txz.part-"
+# xz -9: its larger window finds the repeats between autotune variants (31 MB against -3's 55 MB)
+if [ "${RETURN_CACHE:-1}" = 1 ]; then
+    tar cf - -C "$HOME" .triton | xz -T0 -9 | split -b 15M - "$OUT/triton.txz.part-"
+fi
