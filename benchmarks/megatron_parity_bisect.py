@@ -6,14 +6,13 @@
 On the random-init 4-layer slice an ulp anywhere upstream of a router or the DSA indexer
 can flip a top-k choice, so per-token KL to HF measures how bitwise the forward is. One
 sequence, HF's logits once; then the Megatron model with every fused function compiled,
-with all of them eager, and with one at a time eager; and the mHC coefficient matmul
-in HF's order (normalise in fp32, then an fp32 matmul) instead of NormedMix.
+with all of them eager, with hc_merge as HF's batched matmul, and from that eager base
+with one function at a time compiled.
 """
 import argparse
 import contextlib
 
 import torch
-import torch.nn.functional as F
 
 import model.megatron.kda as kda_module
 import model.megatron.layer as layer_module
@@ -33,29 +32,28 @@ SITES = {"hc_merge": [layer_module], "_coefficients": [mhc_module], "_collapse":
 """Each fused function and the modules that call it by its global name."""
 
 
-class HfOrderMix(torch.autograd.Function):
-    """HF's coefficient matmul: the streams normalised in fp32, then an fp32 matmul."""
-
-    @staticmethod
-    def apply(flat_TF, fn_WF, eps):
-        x32 = flat_TF.float()
-        return F.linear(x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps), fn_WF.float())
+def hf_merge(post_TN, comb_TNN, out_TD, residual_TND):
+    """HF's hc_merge: a batched 4 x 4 matmul per token (bf16 in, bf16 out)."""
+    dtype = residual_TND.dtype
+    mixed_TND = torch.matmul(comb_TNN.to(dtype).transpose(-1, -2), residual_TND)
+    return post_TN.to(dtype).unsqueeze(-1) * out_TD.unsqueeze(-2) + mixed_TND
 
 
 @contextlib.contextmanager
-def eager(names: list[str], hf_order_mix: bool):
+def eager(names: list[str], bmm_merge: bool):
+    """Run the named fused functions eagerly (and hc_merge as HF's batched matmul)."""
     saved = []
     for name in names:
         for module in SITES[name]:
             saved.append((module, name, getattr(module, name)))
             setattr(module, name, getattr(module, name).__wrapped__)
-    if hf_order_mix:
-        saved.append((mhc_module, "NormedMix", mhc_module.NormedMix))
-        mhc_module.NormedMix = HfOrderMix
+    if bmm_merge:
+        saved.append((layer_module, "hc_merge", layer_module.hc_merge))
+        layer_module.hc_merge = hf_merge
     try:
         yield
     finally:
-        for module, name, value in saved:
+        for module, name, value in reversed(saved):
             setattr(module, name, value)
 
 
@@ -72,8 +70,9 @@ def run(model_name: str, seq_len: int, device_type: str) -> dict:
     torch.cuda.empty_cache()
     packed, targets = pack_lengths([seq_len], device), ids_T[1:]
     variants = {"all_fused": ([], False), "all_eager": (list(SITES), False),
-                "all_eager_hf_order_mix": (list(SITES), True), "hf_order_mix": ([], True)}
-    variants.update({f"eager_{name}": ([name], False) for name in SITES})
+                "all_eager_bmm_merge": (list(SITES), True), "all_fused_bmm_merge": ([], True)}
+    variants.update({f"bmm_merge_only_fused_{name}": ([n for n in SITES if n != name], True)
+                     for name in SITES if name != "hc_merge"})
     out = {}
     for label, (names, hf_order) in variants.items():
         with eager(names, hf_order), torch.no_grad():
