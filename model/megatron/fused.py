@@ -1,16 +1,21 @@
-"""Fusion of the model's elementwise and small-reduction chains on the GPU.
+"""Fusion of elementwise and small-reduction chains on the GPU, where HF's numbers allow it.
 
 mHC, the RMS norms, the clamped SwiGLU and the MoE combine are chains of elementwise ops
-over [tokens, streams, hidden] tensors (Sinkhorn alone is ~120 kernels a forward). Eager,
-each op is a kernel and a round trip through HBM: on the 4-layer slice (4096 tokens) one
-hyper-connection's fwd+bwd took 12.3 ms and a norm 2.2 ms, against 6.1 and 0.7 ms under
-torch.compile (benchmarks/megatron_profile.py on an H200). `fused` compiles a pure tensor
-function with inductor when it runs on CUDA tensors: same math, one Triton kernel per
-chain, fp32 intermediates kept in registers. Elsewhere (CPU tests, laptops without a
-compiler toolchain) the function runs eagerly; both give the same bf16 values. Shapes are symbolic (dynamic=True), so a
-new packed length does not recompile. tests/unit/test_megatron_fused.py traces every
-fused function as one graph (fullgraph) on the CPU, so an untraceable op fails there
-rather than silently splitting the chain on a cluster.
+over [tokens, streams, hidden] tensors. Eager, each op is a kernel and a round trip
+through HBM. `fused` compiles a pure tensor function with inductor when it runs on CUDA
+tensors (one Triton kernel per chain, fp32 intermediates in registers); elsewhere (CPU
+tests, machines without a compiler toolchain) it runs eagerly. Shapes are symbolic
+(dynamic=True), so a new packed length does not recompile.
+
+What is fused is chosen by parity: on the random-init 4-layer slice an ulp upstream of a
+router or the DSA indexer flips top-k choices, and KL to HF (0.0014 all eager) rose to
+0.0045-0.012 with the forward of the RMS norm, the mHC coefficients, hc_merge, the KDA
+decay or its gated norm fused (benchmarks/megatron_parity_bisect.py on an H200). Those
+forwards stay eager in HF's op order, and only their backward chains (which no HF number
+depends on) are fused; the SwiGLU, the MoE combine and the stream collapse are fused both
+ways (KL 0.0012-0.0015). tests/unit/test_megatron_fused.py traces every fused function as
+one graph (fullgraph) on the CPU, so an untraceable op fails there rather than silently
+splitting the chain on a cluster.
 """
 import functools
 
@@ -18,10 +23,9 @@ import torch
 
 COMPILE_OPTIONS = {"emulate_precision_casts": True}
 """Round every intermediate to bf16 where eager PyTorch (and so HF) rounds it. Without
-this, inductor keeps fp32 across the chain: more precise, but a quarter of an RMS norm's
-outputs and half of hc_merge's then differ from HF's by an ulp, and on the 4-layer slice
-the per-token KL to HF went from 0.0015 to 0.0165 (an ulp moves DSA pool and expert
-choices downstream)."""
+this, inductor keeps fp32 across the chain: more precise, but different bits (on the CPU,
+a quarter of an RMS norm's outputs and half of hc_merge's differed from eager by an ulp;
+with it, none)."""
 
 FUSED: list = []
 """Every function wrapped by `fused`, eager (the tests trace each of them)."""

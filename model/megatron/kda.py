@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 
-from model.megatron.fused import fused
 from model.megatron.kda_ops import causal_conv_silu, kda
 from model.megatron.packing import Packed
 from model.megatron.parallel import ShardedLinear, enter_tp, exit_tp, mark_duplicated, split_size, tp_size
@@ -55,10 +54,11 @@ class KDAttention(torch.nn.Module):
         return exit_tp(self.o_proj(out_TC))
 
 
-@fused
 def _log_decay(raw_TC: torch.Tensor, dt_bias_C: torch.Tensor, a_log_H: torch.Tensor, heads: int,
                lower_bound: float | None) -> torch.Tensor:
-    """Per-channel log decay [T, H, K], lower-bounded as in GLM (else Kimi's softplus form)."""
+    """Per-channel log decay [T, H, K], lower-bounded as in GLM (else Kimi's softplus form).
+    Eager: fused, inductor's exp and sigmoid moved the 4-layer slice's KL to HF from 0.0014
+    to 0.0122 (the decay compounds over the whole sequence)."""
     raw_THK = (raw_TC.float() + dt_bias_C).view(raw_TC.shape[0], heads, -1)
     rate_H1 = a_log_H.float().exp().view(heads, 1)
     if lower_bound is not None:
@@ -66,9 +66,9 @@ def _log_decay(raw_TC: torch.Tensor, dt_bias_C: torch.Tensor, a_log_H: torch.Ten
     return -rate_H1 * F.softplus(raw_THK)
 
 
-@fused
 def _gated_norm(core_THK: torch.Tensor, gate_THK: torch.Tensor, weight_K: torch.Tensor, eps: float) -> torch.Tensor:
-    """fp32 RMSNorm times sigmoid(gate), cast back (HF Glm5NextTextRMSNormGated)."""
+    """fp32 RMSNorm times sigmoid(gate), cast back (HF Glm5NextTextRMSNormGated). Eager:
+    fused, it moved the 4-layer slice's KL to HF from 0.0014 to 0.0049."""
     core = core_THK.float()
     core = core * torch.rsqrt(core.pow(2).mean(-1, keepdim=True) + eps)
     return (weight_K.float() * core * torch.sigmoid(gate_THK.float())).to(core_THK.dtype)

@@ -51,10 +51,10 @@ class NormedMix(torch.autograd.Function):
         return grad_flat, grad_fn, None
 
 
-@fused
 def _coefficients(mix_TW, base_W, scale_3, streams: int, iters: int, eps: float):
     """(pre_TN, post_TN, comb_TNN) from the raw outputs: sigmoid gates and the
-    Sinkhorn-normalised mixing matrix, all fp32 (one fused kernel on the GPU)."""
+    Sinkhorn-normalised mixing matrix, all fp32. Eager in HF's op order: fused, its
+    reordered fp32 sums moved the 4-layer slice's KL to HF from 0.0014 to 0.0052."""
     n = streams
     pre_TN, post_TN, comb_TM = mix_TW.split([n, n, n * n], dim=-1)
     pre_b, post_b, comb_b = base_W.split([n, n, n * n])
@@ -92,16 +92,39 @@ class HyperConnection(torch.nn.Module):
 
 
 @fused
+def _hc_merge_grad(grad_TND, post_TN, comb_TNN, out_TD, residual_TND):
+    """Grads of hc_merge for (post, comb, out, residual), fp32 sums rounded once."""
+    dtype, g_TND = residual_TND.dtype, grad_TND.float()
+    post_TN1, comb_TNN1 = post_TN.to(dtype).float().unsqueeze(-1), comb_TNN.to(dtype).float().unsqueeze(-1)
+    grad_out = (post_TN1 * g_TND).sum(1).to(dtype)
+    grad_residual = (comb_TNN1 * g_TND.unsqueeze(1)).sum(2).to(dtype)
+    grad_post = (g_TND * out_TD.float().unsqueeze(1)).sum(-1)
+    grad_comb = (residual_TND.float().unsqueeze(2) * g_TND.unsqueeze(1)).sum(-1)
+    return grad_post, grad_comb, grad_out, grad_residual
+
+
+class HcMerge(torch.autograd.Function):
+    """New streams: expand the sub-layer output with `post`, add the `comb`-mixed residual
+    (mixed[j] = sum_i comb[i, j] residual[i]). The forward is HF's batched 4 x 4 matmul
+    per token, bitwise: the same sum fused into one kernel (fp32, rounded once) moved the
+    4-layer slice's KL to HF from 0.0014 to 0.0046. The backward is one fused chain, where
+    autograd ran two batched matmuls on 32 x 32 tiles (1.25 ms each on that slice)."""
+
+    @staticmethod
+    def forward(ctx, post_TN, comb_TNN, out_TD, residual_TND):
+        ctx.save_for_backward(post_TN, comb_TNN, out_TD, residual_TND)
+        dtype = residual_TND.dtype
+        mixed_TND = torch.matmul(comb_TNN.to(dtype).transpose(-1, -2), residual_TND)
+        return post_TN.to(dtype).unsqueeze(-1) * out_TD.unsqueeze(-2) + mixed_TND
+
+    @staticmethod
+    def backward(ctx, grad_TND):
+        return _hc_merge_grad(grad_TND, *ctx.saved_tensors)
+
+
 def hc_merge(post_TN: torch.Tensor, comb_TNN: torch.Tensor, out_TD: torch.Tensor,
              residual_TND: torch.Tensor) -> torch.Tensor:
-    """New streams: expand the sub-layer output with `post`, add the `comb`-mixed residual
-    (mixed[j] = sum_i comb[i, j] residual[i]). HF's batched 4 x 4 matmul per token runs as a
-    slow 32 x 32-tile GEMM (1.25 ms a call on the 4-layer slice); this broadcast sum of the
-    same bf16 operands, accumulated in fp32 and rounded once, fuses into one kernel."""
-    dtype = residual_TND.dtype
-    comb_TNN1 = comb_TNN.to(dtype).float().unsqueeze(-1)
-    mixed_TND = (comb_TNN1 * residual_TND.float().unsqueeze(2)).sum(dim=1).to(dtype)
-    return post_TN.to(dtype).unsqueeze(-1) * out_TD.unsqueeze(-2) + mixed_TND
+    return HcMerge.apply(post_TN, comb_TNN, out_TD, residual_TND)
 
 
 def expand_streams(x_TD: torch.Tensor, streams: int) -> torch.Tensor:

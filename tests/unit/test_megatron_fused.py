@@ -10,10 +10,10 @@ and its forward's bitwise equality with HF's ops.
 import pytest
 import torch
 
-from model.megatron import kda, mhc, mlp, moe, rmsnorm
+from model.megatron import mhc, mlp, moe, rmsnorm
 from model.megatron.fused import FUSED
 
-D, N, H, K, E = 32, 4, 2, 8, 6
+D, N = 32, 4
 
 
 def _bf16(*shape):
@@ -27,17 +27,14 @@ def _routing(tokens):
 
 SAMPLES = {
     mhc._norm_input_grad: lambda t: (torch.randn(t, N * D), _bf16(t, N * D), torch.rand(t, 1) + 0.5),
-    mhc._coefficients: lambda t: (torch.randn(t, (2 + N) * N), torch.randn((2 + N) * N), torch.rand(3) + 0.5,
-                                  N, 20, 1e-6),
     mhc._collapse: lambda t: (torch.rand(t, N), _bf16(t, N, D)),
-    mhc.hc_merge: lambda t: (torch.rand(t, N) * 2, torch.rand(t, N, N), _bf16(t, D), _bf16(t, N, D)),
-    rmsnorm.rms_norm: lambda t: (_bf16(t, D), _bf16(D), 1e-5),
+    mhc._hc_merge_grad: lambda t: (_bf16(t, N, D), torch.rand(t, N) * 2, torch.rand(t, N, N), _bf16(t, D),
+                                   _bf16(t, N, D)),
+    rmsnorm._rms_norm_grad: lambda t: (_bf16(t, D), _bf16(t, D), _bf16(D), torch.rand(t, 1) + 0.5),
     mlp._swiglu: lambda t: (_bf16(t, 2 * D) * 8, 10.0),
     mlp._swiglu_grad: lambda t: (_bf16(t, 2 * D) * 8, _bf16(t, D), 10.0),
     moe._combine: lambda t: (*_routing(t), torch.zeros(t, D)),
     moe._combine_grad: lambda t: (torch.randn(t, D), *_routing(t)),
-    kda._log_decay: lambda t: (_bf16(t, H * K), torch.randn(H * K), torch.randn(H), H, -5.0),
-    kda._gated_norm: lambda t: (_bf16(t, H, K), _bf16(t, H, K), _bf16(K), 1e-5),
 }
 
 
@@ -84,3 +81,24 @@ def test_normed_mix_is_hf_order_bitwise():
     x32 = flat.float()
     want = torch.nn.functional.linear(x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + 1e-5), fn.float())
     assert torch.equal(mhc.NormedMix.apply(flat, fn, 1e-5), want)
+
+
+def _autograd_grads(fn, args):
+    live = _with_grads(args)
+    out = fn(*live)
+    return out, torch.autograd.grad(out, [a for a in live if torch.is_tensor(a)], torch.ones_like(out) * 0.3)
+
+
+@pytest.mark.parametrize("custom, plain", [
+    (mhc.hc_merge, lambda post, comb, out, res: post.unsqueeze(-1) * out.unsqueeze(-2) + comb.transpose(-1, -2) @ res),
+    (rmsnorm.rms_norm, lambda x, w, eps: w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))),
+], ids=["hc_merge", "rms_norm"])
+def test_hand_written_backward_matches_autograd_in_fp32(custom, plain):
+    torch.manual_seed(0)
+    args = {mhc.hc_merge: (torch.rand(7, N), torch.rand(7, N, N), torch.randn(7, D), torch.randn(7, N, D)),
+            rmsnorm.rms_norm: (torch.randn(7, D) * 3, torch.rand(D) + 0.5, 1e-5)}[custom]
+    want_out, want_grads = _autograd_grads(plain, args)
+    got_out, got_grads = _autograd_grads(custom, args)
+    torch.testing.assert_close(got_out, want_out)
+    for got, want in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(got, want)
