@@ -16,7 +16,8 @@ for spec in "$@"; do
     limit=${spec%% *}
     echo "[$(date +%T)] step $step (limit ${limit}s): ${spec#* }" | tee -a "$OUT/session.log"
     timeout "$limit" bash -c "${spec#* }" >"$OUT/step$step.log" 2>&1
-    echo "[$(date +%T)] step $step exit $?" | tee -a "$OUT/session.log"
+    rc=$?  # before $(date) below resets it
+    echo "[$(date +%T)] step $step exit $rc" | tee -a "$OUT/session.log"
 done
 # xz -9: its larger window finds the repeats between autotune variants (31 MB against -3's 55 MB)
 if [ "${RETURN_CACHE:-1}" = 1 ]; then
