@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from launcher.backends.hf._batch import grid
+from launcher.backends._batch import grid
 from launcher.backends.protocols import TrainShard
 from launcher.rl.algorithm import LossInputs
 from launcher.rl.grpo import IS_WEIGHT_CAP, k3_kl_BT, token_weights

@@ -1,4 +1,5 @@
-"""GRPO colocated and DAPO fully async learn the tiny recipe's task through Ray actors."""
+"""GRPO colocated (hf and megatron trainers) and DAPO fully async learn the tiny recipe's
+task through Ray actors."""
 import json
 
 import pytest
@@ -22,6 +23,20 @@ def test_grpo_colocated_learns_and_tears_down(launch_run):
     assert (run.dir / "curves.png").stat().st_size > 0
     assert "step   60/60 | reward" in out
     assert run.daemons, "never saw the run's Ray daemons"
+    assert run.leftover_daemons() == []
+
+
+def test_grpo_with_the_megatron_trainer_learns(launch_run):
+    """`trainer.backend=megatron` from the command line: two Megatron ranks (DP2 over gloo
+    on the CPU) colocated with two hf engines, streamed weight sync every step."""
+    run = launch_run("grpo_megatron", ["trainer.backend=megatron", "run.steps=60", "checkpoint.every_steps=0"])
+    code, out, err = run.finish(timeout_s=900)
+    assert code == 0, err[-3000:]
+    metrics = run.metrics()
+    assert len(metrics) == 60
+    assert improvement(metrics) > 0.2, [round(m["reward"], 3) for m in metrics]
+    actors = json.loads((run.dir / "actors.json").read_text())
+    assert sorted(a["role"] for a in actors) == ["engine", "engine", "trainer", "trainer"]
     assert run.leftover_daemons() == []
 
 

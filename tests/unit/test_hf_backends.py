@@ -112,7 +112,7 @@ def test_entropy_bonus_reaches_the_gradient():
 
 
 def test_micro_batches_respect_the_token_budget():
-    from launcher.backends.hf._batch import split_rows
+    from launcher.backends._batch import split_rows
 
     # rows x longest length <= 12: [5, 6] fit (2 x 6), a third row of 6 would need 18
     assert split_rows([5, 6, 6, 2, 2, 13], max_tokens=12) == [[0, 1], [2, 3], [4], [5]]

@@ -38,7 +38,7 @@ def _trainer(cfg):
 
 
 def _engine_logprobs(engine, cfg):
-    from launcher.backends.hf._batch import micro_batches, ungrid
+    from launcher.backends._batch import micro_batches, ungrid
     from launcher.backends.hf._compute import logits_of, target_logprobs
 
     out = []
@@ -81,3 +81,16 @@ def test_lora_adapter_sync_reproduces_trainer_logprobs():
     sent = sync_in_process(trainer, [engine], version=2, with_base=True, max_bucket_bytes=64 << 10)
     assert [b.kind for b in sent][0] == "weights" and [b.kind for b in sent][-1] == "adapter"
     assert _close(_engine_logprobs(engine, cfg), trainer.logprobs(_shard()))
+
+
+def test_registry_imports_the_megatron_backend_in_a_fresh_interpreter():
+    """How `python -m launcher trainer.backend=megatron` finds it: the registry imports the
+    subpackage first (a circular import through the hf package once broke exactly this,
+    while in-process tests that had imported hf first passed)."""
+    import subprocess
+    import sys
+
+    code = "from launcher.backends.registry import trainer_class; print(trainer_class('megatron').__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "MegatronTrainer"

@@ -10,20 +10,6 @@ import torch
 from launcher.backends.hf._model import forward_kwargs
 
 
-def pad_right(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids_BT, valid_BT) for variable-length sequences, padded on the right.
-
-    Right padding is exact for a causal model: padded positions come after every real one.
-    """
-    width = max(len(s) for s in seqs)
-    ids_BT = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    valid_BT = torch.zeros((len(seqs), width), dtype=torch.bool)
-    for row, seq in enumerate(seqs):
-        ids_BT[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        valid_BT[row, : len(seq)] = True
-    return ids_BT, valid_BT
-
-
 def logits_of(model: torch.nn.Module, ids_BT: torch.Tensor) -> torch.Tensor:
     return model(input_ids=ids_BT, use_cache=False, **forward_kwargs(model, ids_BT.shape[1])).logits.float()
 

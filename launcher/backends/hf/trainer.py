@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
+from launcher.backends._batch import micro_batches, ungrid
 from launcher.backends._loss import micro_loss
 from launcher.backends._rendezvous import free_address
 from launcher.backends._stream import StreamedExport
 from launcher.backends.hf import _lora
-from launcher.backends.hf._batch import micro_batches, ungrid
 from launcher.backends.hf._compute import logits_of, target_logprobs
 from launcher.backends.hf._model import VISION_PREFIX, build_model, language_items, language_state
 from launcher.backends.protocols import TrainShard, WeightUpdate

@@ -17,10 +17,10 @@ import torch
 import torch.distributed as dist
 from megatron.core.distributed import finalize_model_grads
 
+from launcher.backends._batch import ungrid
 from launcher.backends._loss import micro_loss
 from launcher.backends._rendezvous import free_address
 from launcher.backends._stream import StreamedExport
-from launcher.backends.hf._batch import ungrid
 from launcher.backends.hf._lora import lora_kwargs
 from launcher.backends.megatron import _model
 from launcher.backends.megatron._export import adapter_tensors

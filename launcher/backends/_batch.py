@@ -1,4 +1,8 @@
-"""Turn a TrainShard (lists) into padded per-micro-batch tensors for the hf trainer.
+"""Turn a TrainShard (lists) into padded per-micro-batch tensors: the token grid both
+trainer backends and the shared loss (`_loss.py`) read. It lives outside the backend
+subpackages because importing one of those registers its classes: under `hf/` it made
+`python -m launcher trainer.backend=megatron` fail with a circular import (_loss ->
+hf package -> hf trainer -> _loss), which in-process tests that import hf first hid.
 
 Shape legend: B sequences, T target positions (one less than the padded length); column
 t scores token t+1, so a response starting at prompt_len is scored from column
@@ -8,7 +12,19 @@ from dataclasses import dataclass
 
 import torch
 
-from launcher.backends.hf._compute import pad_right
+
+def pad_right(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids_BT, valid_BT) for variable-length sequences, padded on the right.
+
+    Right padding is exact for a causal model: padded positions come after every real one.
+    """
+    width = max(len(s) for s in seqs)
+    ids_BT = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    valid_BT = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for row, seq in enumerate(seqs):
+        ids_BT[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        valid_BT[row, : len(seq)] = True
+    return ids_BT, valid_BT
 
 
 @dataclass
