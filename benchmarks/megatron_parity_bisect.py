@@ -5,56 +5,41 @@
 
 On the random-init 4-layer slice an ulp anywhere upstream of a router or the DSA indexer
 can flip a top-k choice, so per-token KL to HF measures how bitwise the forward is. One
-sequence, HF's logits once; then the Megatron model with every fused function compiled,
-with all of them eager, with hc_merge as HF's batched matmul, and from that eager base
-with one function at a time compiled.
+sequence, HF's logits once; then the Megatron model with every forward-fused function
+compiled, with all of them eager, and with one at a time eager.
+`results/megatron_h200_parity_bisect.json` holds this script's runs at commits a5838bf and
+04713a7, when the RMS norm, the mHC coefficients, hc_merge and the KDA decay and gated
+norm were fused too; those runs are why their forwards are eager now.
 """
 import argparse
 import contextlib
 
 import torch
 
-import model.megatron.kda as kda_module
-import model.megatron.layer as layer_module
 import model.megatron.mhc as mhc_module
 import model.megatron.mlp as mlp_module
 import model.megatron.moe as moe_module
-import model.megatron.rmsnorm as rmsnorm_module
 from benchmarks.megatron_throughput import emit, log
 from launcher.compose import compose
 from model.megatron import full_logits, pack_lengths
 from model.megatron.parity import kl_and_dlogp
 from tests.gpu.megatron_setup import build_hf_on_gpu, init_distributed, megatron_from_hf_model
 
-SITES = {"hc_merge": [layer_module], "_coefficients": [mhc_module], "_collapse": [mhc_module],
-         "rms_norm": [rmsnorm_module], "_swiglu": [mlp_module], "_combine": [moe_module],
-         "_log_decay": [kda_module], "_gated_norm": [kda_module]}
-"""Each fused function and the modules that call it by its global name."""
-
-
-def hf_merge(post_TN, comb_TNN, out_TD, residual_TND):
-    """HF's hc_merge: a batched 4 x 4 matmul per token (bf16 in, bf16 out)."""
-    dtype = residual_TND.dtype
-    mixed_TND = torch.matmul(comb_TNN.to(dtype).transpose(-1, -2), residual_TND)
-    return post_TN.to(dtype).unsqueeze(-1) * out_TD.unsqueeze(-2) + mixed_TND
+SITES = {"_collapse": mhc_module, "_swiglu": mlp_module, "_combine": moe_module}
+"""Each function fused in the forward and the module that calls it by its global name."""
 
 
 @contextlib.contextmanager
-def eager(names: list[str], bmm_merge: bool):
-    """Run the named fused functions eagerly (and hc_merge as HF's batched matmul)."""
-    saved = []
-    for name in names:
-        for module in SITES[name]:
-            saved.append((module, name, getattr(module, name)))
-            setattr(module, name, getattr(module, name).__wrapped__)
-    if bmm_merge:
-        saved.append((layer_module, "hc_merge", layer_module.hc_merge))
-        layer_module.hc_merge = hf_merge
+def eager(names: list[str]):
+    """Run the named fused functions eagerly."""
+    saved = [(SITES[name], name, getattr(SITES[name], name)) for name in names]
+    for module, name, wrapper in saved:
+        setattr(module, name, wrapper.__wrapped__)
     try:
         yield
     finally:
-        for module, name, value in reversed(saved):
-            setattr(module, name, value)
+        for module, name, wrapper in saved:
+            setattr(module, name, wrapper)
 
 
 def run(model_name: str, seq_len: int, device_type: str) -> dict:
@@ -69,13 +54,10 @@ def run(model_name: str, seq_len: int, device_type: str) -> dict:
     del hf
     torch.cuda.empty_cache()
     packed, targets = pack_lengths([seq_len], device), ids_T[1:]
-    variants = {"all_fused": ([], False), "all_eager": (list(SITES), False),
-                "all_eager_bmm_merge": (list(SITES), True), "all_fused_bmm_merge": ([], True)}
-    variants.update({f"bmm_merge_only_fused_{name}": ([n for n in SITES if n != name], True)
-                     for name in SITES if name != "hc_merge"})
+    variants = {"all_fused": [], "all_eager": list(SITES), **{f"eager_{name}": [name] for name in SITES}}
     out = {}
-    for label, (names, hf_order) in variants.items():
-        with eager(names, hf_order), torch.no_grad():
+    for label, names in variants.items():
+        with eager(names), torch.no_grad():
             out[label] = kl_and_dlogp(ref, full_logits(meg(ids_T, packed))[:-1], targets)
         log(label, out[label])
     return out

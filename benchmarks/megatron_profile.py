@@ -82,18 +82,6 @@ def fwd_bwd(fn, args) -> None:
     torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
 
 
-def module_kernels(meg, seen: dict[str, tuple], keys: list[str], kernels: int) -> dict[str, dict]:
-    """Kernel tables of single sub-module fwd+bwd replays, eager and compiled."""
-    out = {}
-    for key in keys:
-        fn = layer_module.hc_merge if key.rsplit(".", 1)[-1].startswith("hc_merge") else meg.get_submodule(key)
-        for label, run_fn in (("eager", fn), ("compiled", torch.compile(fn, dynamic=False))):
-            fwd_bwd(run_fn, seen[key])
-            out[f"{key} {label}"] = kernel_table(partial(fwd_bwd, run_fn, seen[key]), kernels)
-        meg.zero_grad(set_to_none=True)
-    return out
-
-
 def replay(meg, seen: dict[str, tuple], iters: int, compiled: bool) -> dict[str, float]:
     """Milliseconds of fwd+bwd per sub-module (and compile seconds per compiled one; only
     layer 0's are compiled: every layer's mHC and norms have the same shapes)."""
@@ -115,8 +103,7 @@ def replay(meg, seen: dict[str, tuple], iters: int, compiled: bool) -> dict[str,
     return out
 
 
-def run(model_name: str, seq_len: int, iters: int, kernels: int, compiled: bool, device_type: str,
-        inspect: list[str]) -> dict:
+def run(model_name: str, seq_len: int, iters: int, kernels: int, compiled: bool, device_type: str) -> dict:
     device = init_distributed(device_type=device_type)
     cfg = compose([f"model={model_name}"]).config
     ids_T = torch.randint(0, cfg.model.arch.vocab_size, (seq_len,), device=device,
@@ -139,8 +126,6 @@ def run(model_name: str, seq_len: int, iters: int, kernels: int, compiled: bool,
     log("modules", out["module_ms_eager"])
     if compiled:
         out["module_ms_compiled"] = replay(meg, seen, iters, compiled=True)
-    if inspect and device.type == "cuda":
-        out["module_kernels"] = module_kernels(meg, seen, inspect, kernels)
     return out
 
 
@@ -151,12 +136,10 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--kernels", type=int, default=40, help="how many of the largest kernels to list")
     parser.add_argument("--compiled", action="store_true", help="also replay mHC and norms under torch.compile")
-    parser.add_argument("--inspect", default="", help="comma-separated sub-modules to list kernels of")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script (no kernel table)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    emit(run(args.model, args.tokens, args.iters, args.kernels, args.compiled, args.device,
-                   [k for k in args.inspect.split(",") if k]), args.out)
+    emit(run(args.model, args.tokens, args.iters, args.kernels, args.compiled, args.device), args.out)
 
 
 if __name__ == "__main__":

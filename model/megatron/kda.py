@@ -38,8 +38,21 @@ class KDAttention(torch.nn.Module):
         self.o_norm = mark_duplicated(torch.nn.Parameter(torch.ones(head_dim, dtype=dtype)))
 
     def _gate(self, x_TD: torch.Tensor) -> torch.Tensor:
-        raw_TC = self.f_b_proj(self.f_a_proj(x_TD))
-        return _log_decay(raw_TC, self.dt_bias, self.A_log, self.heads, self.lower_bound)
+        """Per-channel log decay, lower-bounded as in GLM (else Kimi's softplus form). Not
+        fused (model/megatron/fused.py): inductor's exp and sigmoid moved the 4-layer
+        slice's KL to HF from 0.0014 to 0.0122."""
+        raw_THK = (self.f_b_proj(self.f_a_proj(x_TD)).float() + self.dt_bias).view(x_TD.shape[0], self.heads, -1)
+        rate_H1 = self.A_log.float().exp().view(self.heads, 1)
+        if self.lower_bound is not None:
+            return self.lower_bound * torch.sigmoid(rate_H1 * raw_THK)
+        return -rate_H1 * F.softplus(raw_THK)
+
+    def _gated_norm(self, core_THK: torch.Tensor, gate_THK: torch.Tensor) -> torch.Tensor:
+        """fp32 RMSNorm times sigmoid(gate), cast back (HF Glm5NextTextRMSNormGated). Not
+        fused: that moved the 4-layer slice's KL to HF from 0.0014 to 0.0049."""
+        core = core_THK.float()
+        core = core * torch.rsqrt(core.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.o_norm.float() * core * torch.sigmoid(gate_THK.float())).to(core_THK.dtype)
 
     def forward(self, x_TlD: torch.Tensor, packed: Packed) -> torch.Tensor:
         x_TD = enter_tp(x_TlD)
@@ -50,28 +63,8 @@ class KDAttention(torch.nn.Module):
         beta_TH = torch.sigmoid(self.b_proj(x_TD))
         core_THK = kda(q_THK, k_THK, v_THK, self._gate(x_TD), beta_TH, packed)
         gate_THK = self.g_b_proj(self.g_a_proj(x_TD)).view(tokens, self.heads, -1)
-        out_TC = _gated_norm(core_THK, gate_THK, self.o_norm, self.eps).reshape(tokens, -1)
+        out_TC = self._gated_norm(core_THK, gate_THK).reshape(tokens, -1)
         return exit_tp(self.o_proj(out_TC))
-
-
-def _log_decay(raw_TC: torch.Tensor, dt_bias_C: torch.Tensor, a_log_H: torch.Tensor, heads: int,
-               lower_bound: float | None) -> torch.Tensor:
-    """Per-channel log decay [T, H, K], lower-bounded as in GLM (else Kimi's softplus form).
-    Eager: fused, inductor's exp and sigmoid moved the 4-layer slice's KL to HF from 0.0014
-    to 0.0122 (the decay compounds over the whole sequence)."""
-    raw_THK = (raw_TC.float() + dt_bias_C).view(raw_TC.shape[0], heads, -1)
-    rate_H1 = a_log_H.float().exp().view(heads, 1)
-    if lower_bound is not None:
-        return lower_bound * torch.sigmoid(rate_H1 * raw_THK)
-    return -rate_H1 * F.softplus(raw_THK)
-
-
-def _gated_norm(core_THK: torch.Tensor, gate_THK: torch.Tensor, weight_K: torch.Tensor, eps: float) -> torch.Tensor:
-    """fp32 RMSNorm times sigmoid(gate), cast back (HF Glm5NextTextRMSNormGated). Eager:
-    fused, it moved the 4-layer slice's KL to HF from 0.0014 to 0.0049."""
-    core = core_THK.float()
-    core = core * torch.rsqrt(core.pow(2).mean(-1, keepdim=True) + eps)
-    return (weight_K.float() * core * torch.sigmoid(gate_THK.float())).to(core_THK.dtype)
 
 
 def _column_param(*shape: int, stride: int = 1) -> torch.nn.Parameter:
