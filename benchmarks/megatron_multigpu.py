@@ -41,7 +41,7 @@ from tests.gpu.megatron_setup import (
     megatron_from_hf_model,
 )
 
-MESHES = {"dp2": (1, 1, 1), "ep2_etp1": (1, 2, 1), "tp2": (2, 1, 1), "tp2_ep2": (2, 2, 1)}
+MESHES = {"dp2": (1, 1, 1), "ep2_etp1": (1, 2, 1), "etp2": (1, 1, 2), "tp2": (2, 1, 1), "tp2_ep2": (2, 2, 1)}
 TRAIN_SHARE_OF_COMPUTE = 6 / 8
 """The cost model's compute is log-prob pass (2) + training (6) x active x tokens."""
 

@@ -6,8 +6,12 @@ Sharding follows the base: column-parallel -> B split, A duplicated; row-paralle
 split, B duplicated (duplicated adapters get partial grads, summed over TP like norms).
 Routed experts get one adapter per expert (stored like expert weights: split over EP), or
 one adapter shared by the layer's experts; normalize_moe_lora divides their rank by top-k.
+Per-expert adapters follow the expert weight's ETP split the same way (fc1's B split with
+its gate|up stride, fc2's A split); the ETP-duplicated half gets partial grads, which
+optim.sum_etp_duplicated_grads adds up over the ETP group.
 A shared adapter is a dense, duplicated weight: with EP each rank's grad covers its own
 experts' tokens, and the data-parallel reduction (which spans the EP ranks) sums them.
+Shared adapters need etp = 1: an ETP-split half would be summed with its neighbours' slices.
 Shape legend: A tokens (or assignments), G local experts, R rank, I input, O output.
 """
 import torch
@@ -54,19 +58,29 @@ class LoraGrouped(torch.nn.Module):
     def __init__(self, base: GroupedLinear, rank: int, alpha: float, shared: bool):
         super().__init__()
         experts, out_f, in_f = base.weight.shape
-        if ps.get_expert_tensor_parallel_world_size() > 1:
-            raise ValueError("LoRA on routed experts needs trainer.mesh.etp=1 (expert adapters are not ETP-split)")
+        if shared and ps.get_expert_tensor_parallel_world_size() > 1:
+            raise ValueError("trainer.lora.share_expert_adapters=true needs trainer.mesh.etp=1: a shared adapter "
+                             "is a dense weight and cannot follow the experts' ETP split")
         self.weight, self.scale, self.shared = base.weight, alpha / rank, shared
         self.weight.requires_grad_(False)
         lead = () if shared else (experts,)
         device, dtype = base.weight.device, base.weight.dtype
         self.lora_A = torch.nn.Parameter(torch.randn(*lead, rank, in_f, device=device).mul_(in_f ** -0.5).to(dtype))
         self.lora_B = torch.nn.Parameter(torch.zeros(*lead, out_f, rank, device=device, dtype=dtype))
-        for param in (self.lora_A, self.lora_B):
-            if shared:
-                mark_duplicated(param)
-            else:
-                param.allreduce = False
+        if shared:
+            mark_duplicated(self.lora_A)
+            mark_duplicated(self.lora_B)
+        else:
+            self._follow_expert_split(base.weight)
+
+    def _follow_expert_split(self, base_weight: torch.Tensor) -> None:
+        """Split B like an output-split base (fc1) or A like an input-split one (fc2); the
+        other adapter is whole on every ETP rank."""
+        split, duplicated = (self.lora_B, self.lora_A) if base_weight.partition_dim == 1 else (self.lora_A, self.lora_B)
+        etp_split = ps.get_expert_tensor_parallel_world_size() > 1
+        set_tensor_model_parallel_attributes(split, etp_split, base_weight.partition_dim, base_weight.partition_stride)
+        duplicated.etp_duplicated = etp_split
+        self.lora_A.allreduce = self.lora_B.allreduce = False
 
     def forward(self, x_AI: torch.Tensor, counts_G: torch.Tensor) -> torch.Tensor:
         base_AO = grouped_matmul(x_AI, self.weight, counts_G)

@@ -3,7 +3,9 @@
 The grad buffers, the TP sum of duplicated weights' partial grads (finalize_model_grads
 reads the `sequence_parallel` attribute), expert grads reduced over the expert-data-parallel
 group (`allreduce = False`), fp32 master weights and Adam states sharded over DP: all
-megatron-core's. A minimal TransformerConfig carries the mesh for them.
+megatron-core's. A minimal TransformerConfig carries the mesh for them. megatron-core has
+no ETP counterpart of the TP sum: the partial grads of expert LoRA halves that every ETP
+rank holds whole (`etp_duplicated`) are summed here.
 """
 from collections.abc import Callable
 
@@ -12,6 +14,7 @@ from megatron.core import parallel_state as ps
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.transformer.transformer_config import TransformerConfig
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from model.megatron.spec import ModelSpec
 
@@ -51,6 +54,27 @@ def sum_grads_without_ddp(model: torch.nn.Module) -> None:
             torch.distributed.all_reduce(param.grad, group=tp_group)
         expert = getattr(param, "allreduce", True) is False
         torch.distributed.all_reduce(param.grad, group=edp_group if expert else dp_group)
+    sum_etp_duplicated_grads(model, "grad")
+
+
+def sum_etp_duplicated_grads(model: torch.nn.Module, grad_attr: str) -> None:
+    """Sum the partial grads (`grad_attr`: main_grad under DDP) of ETP-duplicated params over
+    the ETP group, in one collective. After DDP's reduce-scatter only each rank's optimizer
+    shard is reduced, but ETP peers share an expert-data-parallel rank, so their shards line up."""
+    grads = [getattr(p, grad_attr) for p in model.parameters()
+             if getattr(p, "etp_duplicated", False) and getattr(p, grad_attr, None) is not None]
+    if not grads:
+        return
+    flat = _flatten_dense_tensors(grads)
+    torch.distributed.all_reduce(flat, group=ps.get_expert_tensor_parallel_group())
+    for grad, summed in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+        grad.copy_(summed)
+
+
+def reduce_grads(ddp: DistributedDataParallel) -> None:
+    """Every grad reduction before the optimizer step: megatron-core's, then the ETP sum."""
+    finalize_model_grads([ddp])
+    sum_etp_duplicated_grads(ddp.module, "main_grad")
 
 
 def train_step(ddp: DistributedDataParallel, optimizer, micro_losses: list[Callable[[], torch.Tensor]]) -> dict:
@@ -62,6 +86,6 @@ def train_step(ddp: DistributedDataParallel, optimizer, micro_losses: list[Calla
         loss = loss_fn()
         loss.backward()
         total += loss.item()
-    finalize_model_grads([ddp])
+    reduce_grads(ddp)
     updated, grad_norm, _ = optimizer.step()
     return {"loss": total, "grad_norm": float(grad_norm or 0.0), "updated": bool(updated)}

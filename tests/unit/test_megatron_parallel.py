@@ -89,9 +89,10 @@ def _check_mesh(mesh, reference) -> dict:
     worst = sorted(cosines, key=cosines.get)[:3]
     return {"worst_logit": (full_logits(logits_TVl.detach())[: len(flat)] - ref).abs().max().item(),
             "worst_cosine": min(cosines.values()), "worst": [(n, round(cosines[n], 5)) for n in worst],
-            "lora_gather_error": _lora_gather_error(model, experts=mesh[2] == 1), **_streamed_export(model),
-            "random_init_disagreement": _random_init_disagreement(model.spec, experts=mesh[2] == 1),
-            "shared_adapter_cosine": (_shared_expert_adapter_cosine(reference, mesh, mine, packed, ids_T)
+            "lora_gather_error": _lora_gather_error(model), **_streamed_export(model),
+            "random_init_disagreement": _random_init_disagreement(model.spec),
+            "expert_adapter_cosine": _expert_adapter_cosine(reference, packed, ids_T),
+            "shared_adapter_cosine": (_shared_expert_adapter_cosine(reference, packed, ids_T)
                                       if mesh[2] == 1 else None)}
 
 
@@ -122,41 +123,83 @@ def _streamed_export(model) -> dict:
             "stream_buckets": [([n for n, _ in b.tensors], b.nbytes) for b in streamed]}
 
 
-def _shared_expert_adapter_cosine(reference, mesh, mine: list[int], packed, ids_T) -> float:
-    """One LoRA adapter shared by each layer's routed experts (any EP): after the grad sums
-    DDP does, dL/dB = s sum_e G_e A^T from HF's full-weight expert grads (B = 0)."""
+def _adapted_backward(reference, packed, ids_T, shared: bool):
+    """The tiny model with routed-expert adapters on this mesh; grads of the packed batch's
+    log-likelihood, summed the way DDP does (sum_grads_without_ddp); the HF grads mapped."""
     from launcher.backends.hf._model import language_state
     from model.megatron import token_logprobs
     from model.megatron.build import build_model
     from model.megatron.init import init_adapters
-    from model.megatron.lora import apply_lora
+    from model.megatron.lora import LoraGrouped, apply_lora
     from model.megatron.mapping import megatron_from_hf
     from model.megatron.optim import sum_grads_without_ddp
-    from model.megatron.parity import cosine
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import load_hf_state
 
     cfg, hf, _, _, hf_grads = reference
     model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype, pad_token_id=0), "cpu")
     load_hf_state(model, language_state(hf))
-    adapted = apply_lora(model, ["linear_fc1", "linear_fc2"], rank=4, alpha=8.0, share_expert_adapters=True)
+    adapted = [model.get_submodule(name) for name in
+               apply_lora(model, ["linear_fc1", "linear_fc2"], rank=4, alpha=8.0, share_expert_adapters=shared)]
+    routed = [module for module in adapted if isinstance(module, LoraGrouped)]
     init_adapters(model, seed=7)
+    if not shared:
+        _cancelling_halves(routed)
     logp_T = token_logprobs(model(ids_T, packed), ids_T.roll(-1))
     keep = torch.ones(len(ids_T), dtype=torch.bool)
     keep[[end - 1 for _, end in packed.bounds]] = False
     (-logp_T[keep].sum()).backward()
     sum_grads_without_ddp(model)
     full_G = megatron_from_hf(hf_grads, model.spec)
+    names = {id(m): n for n, m in model.named_modules()}
+    return [(module, full_G[f"{names[id(module)]}.weight"]) for module in routed]
+
+
+def _cancelling_halves(modules) -> None:
+    """Per-expert A = [A1; A1] and B = [B1, -B1] (whole tensors, then this rank's shards):
+    B A = 0 keeps the model at HF's weights, yet both halves get non-zero grads, so the
+    ETP-duplicated half's grad (fc1's A, fc2's B) is checked as well as the split one."""
+    from model.megatron.shards import gather_full, shard_of
+
+    gen = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        for module in modules:
+            a, b = gather_full(module.lora_A), gather_full(module.lora_B)
+            half = a.shape[1] // 2
+            a1, b1 = torch.randn(a[:, :half].shape, generator=gen), torch.randn(b[..., :half].shape, generator=gen)
+            module.lora_A.copy_(shard_of(torch.cat([a1, a1], 1), module.lora_A))
+            module.lora_B.copy_(shard_of(torch.cat([b1, -b1], -1), module.lora_B))
+
+
+def _expert_adapter_cosine(reference, packed, ids_T) -> float:
+    """Per-expert adapters on any EP / ETP: with B A = 0, dL/dA = s B^T G and dL/dB = s G A^T
+    per expert, G being HF's full-weight expert grad; worst cosine over both, gathered."""
+    from model.megatron.parity import cosine
+    from model.megatron.shards import gather_full
+
     cosines = []
-    for name in adapted:
-        module = model.get_submodule(name)
-        if getattr(module, "shared", False):
-            want = module.scale * torch.einsum("eoi,ri->or", full_G[f"{name}.weight"], module.lora_A.detach())
-            cosines.append(cosine(module.lora_B.grad, want))
+    for module, full_G in _adapted_backward(reference, packed, ids_T, shared=False):
+        a, b = gather_full(module.lora_A).float(), gather_full(module.lora_B).float()
+        want_A = module.scale * torch.einsum("eor,eoi->eri", b, full_G)
+        want_B = module.scale * torch.einsum("eoi,eri->eor", full_G, a)
+        cosines.append(cosine(gather_full(module.lora_A, module.lora_A.grad), want_A))
+        cosines.append(cosine(gather_full(module.lora_B, module.lora_B.grad), want_B))
     return min(cosines)
 
 
-def _random_init_disagreement(spec, experts: bool) -> float:
+def _shared_expert_adapter_cosine(reference, packed, ids_T) -> float:
+    """One LoRA adapter shared by each layer's routed experts (any EP): after the grad sums
+    DDP does, dL/dB = s sum_e G_e A^T from HF's full-weight expert grads (B = 0)."""
+    from model.megatron.parity import cosine
+
+    cosines = []
+    for module, full_G in _adapted_backward(reference, packed, ids_T, shared=True):
+        want = module.scale * torch.einsum("eoi,ri->or", full_G, module.lora_A.detach())
+        cosines.append(cosine(module.lora_B.grad, want))
+    return min(cosines)
+
+
+def _random_init_disagreement(spec) -> float:
     """Random init (no checkpoint) + LoRA on this mesh: the whole (gathered) value of every
     tensor must be the same on every rank; otherwise replicas started out different.
     Returns the largest spread of per-tensor checksums over the ranks."""
@@ -170,7 +213,7 @@ def _random_init_disagreement(spec, experts: bool) -> float:
     model = build_model(spec, "cpu")
     init_weights(model, seed=5)
     targets = ["linear_fc1", "linear_fc2", "linear_proj", "linear_q_down_proj", "q_proj", "o_proj"]
-    apply_lora(model, targets if experts else targets[2:], rank=4, alpha=8.0)
+    apply_lora(model, targets, rank=4, alpha=8.0)
     init_adapters(model, seed=5)
     sums = torch.stack([torch.stack([(full := gather_full(p).double()).sum(), full.square().sum()])
                         for p in model.parameters()])
@@ -179,14 +222,14 @@ def _random_init_disagreement(spec, experts: bool) -> float:
     return max((other - sums).abs().max().item() for other in every)
 
 
-def _lora_gather_error(model, experts: bool) -> float:
+def _lora_gather_error(model) -> float:
     """Worst |gathered merged weight - (gathered base + s B A from gathered adapters)|: the
     adapter export and the merged export must describe the same model on any mesh."""
     from model.megatron.lora import apply_lora
     from model.megatron.shards import gather_full, shard_of
 
     targets = ["linear_fc1", "linear_fc2", "linear_proj", "linear_q_up_proj", "q_proj", "o_proj"]
-    apply_lora(model, targets if experts else targets[2:], rank=4, alpha=8.0)
+    apply_lora(model, targets, rank=4, alpha=8.0)
     gen = torch.Generator().manual_seed(3)
     worst = 0.0
     for module in model.modules():
@@ -239,6 +282,7 @@ def test_mesh_matches_hf_logits_and_grads(mesh_results, name):
         assert stats["worst_cosine"] > 0.9999, (rank, stats)
         assert stats["lora_gather_error"] < 1e-5, (rank, stats)
         assert stats["random_init_disagreement"] == 0.0, (rank, stats)
+        assert stats["expert_adapter_cosine"] > 0.9999, (rank, stats)
         assert stats["shared_adapter_cosine"] is None or stats["shared_adapter_cosine"] > 0.9999, (rank, stats)
         assert stats["stream_error"] == 0.0 and stats["stream_names"], (rank, stats["stream_error"])
     assert mesh_results[0][name]["stream_buckets"] == mesh_results[1][name]["stream_buckets"]

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-from megatron.core.distributed import finalize_model_grads
 
 from launcher.backends._batch import ungrid
 from launcher.backends._loss import micro_loss
@@ -32,7 +31,7 @@ from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
 from model.megatron import token_logprobs
 from model.megatron.entropy import token_entropy
-from model.megatron.optim import sum_grads_without_ddp
+from model.megatron.optim import reduce_grads, sum_grads_without_ddp
 from model.megatron.parallel import tp_size
 from model.megatron.weights import hf_stream
 
@@ -122,7 +121,7 @@ class MegatronTrainer(StreamedExport):
 
     def _step(self) -> float:
         if self.megatron_ddp:
-            finalize_model_grads([self.runner])
+            reduce_grads(self.runner)
             _, grad_norm, _ = self.optimizer.step()
             return float(grad_norm or 0.0)
         sum_grads_without_ddp(self.model)

@@ -84,3 +84,19 @@ def rank_not_negative(cfg, plan):
     if cfg.trainer.lora.rank < 0:
         yield error("LORA007", "trainer.lora.rank", f"trainer.lora.rank={cfg.trainer.lora.rank}",
                     "A rank is a count of adapter dimensions.", "Use 0 (full fine-tuning) or a positive rank.")
+
+
+@rule("LORA008")
+def shared_expert_adapters_with_etp(cfg, plan):
+    """A shared routed-expert adapter needs etp = 1 on the megatron trainer."""
+    lora = cfg.trainer.lora
+    routed = any(t in ("linear_fc1", "linear_fc2") for t in lora.targets)
+    if (lora.rank > 0 and lora.share_expert_adapters and routed and plan.arch.has_moe
+            and cfg.trainer.backend.value == "megatron" and plan.mesh.etp > 1):
+        yield error("LORA008", "trainer.lora.share_expert_adapters",
+                    f"trainer.lora.share_expert_adapters=true with trainer.mesh.etp={plan.mesh.etp}",
+                    "A shared adapter is one dense weight for all of a layer's experts; with ETP each rank "
+                    "holds a slice of every expert's width, and the data-parallel grad sum would add up "
+                    "different slices of the shared adapter (the trainer refuses to build it).",
+                    "Set trainer.lora.share_expert_adapters=false (one adapter per expert follows the ETP "
+                    "split), or trainer.mesh.etp=1.")
