@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # One device call (H200 machine, wheels in .whl/, Triton cache in .tritonparts/): install the
-# carried wheels, restore the Triton/fla autotune cache, run the given steps each under its
-# own time limit, then hand the grown cache back in 15 MB parts. Usage, from the repo root:
+# carried wheels and any .pkgs/*.txz (site-packages trees packed with xz -9: Ray without its
+# jars and dashboard, transformers, which xz packs to a third of their wheels), restore the
+# Triton/fla autotune cache, run the given steps each under its own time limit, then hand
+# the grown cache back in 15 MB parts. Usage, from the repo root:
 #   bash benchmarks/h200_session.sh "<seconds> <command>" ...      (logs and results in $OUT)
 # RETURN_CACHE=0 skips handing the cache back (a last call of the session).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+for pkg in .pkgs/*.txz; do [ -e "$pkg" ] && { tar xJf "$pkg" -C /tmp/site || exit 1; }; done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor  # torch.compile'd kernels travel with the Triton cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
