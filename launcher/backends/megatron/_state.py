@@ -4,6 +4,11 @@ Megatron 0.19.2 has the RL hooks for this: its DDP buffers (weights viewed into 
 distributed optimizer, and grads) and its optimizer states move with offload_to_cpu /
 reload_from_cpu / restore_from_cpu. Weights outside those buffers (a LoRA model's frozen
 base, buffers such as the router bias) move by swapping `.data`.
+The optimizer goes first: the distributed optimizer's main params of fp32 weights (the
+router) are views into the DDP param buffer, and copying them after the buffer's storage
+is freed fails on the GPU with "CUDA error: invalid argument". Once copied they no longer
+alias the buffer, which is safe: the optimizer copies every main param back into the
+buffer after each step.
 """
 from contextlib import contextmanager
 
@@ -23,10 +28,10 @@ class DeviceMover:
         if self.device.type == "cpu":
             return
         torch.cuda.synchronize()
-        for buffer in self.ddp_buffers:
-            buffer.offload_to_cpu(move_params=True, move_grads=True)
         if self.optimizer is not None:
             self.optimizer.offload_to_cpu()
+        for buffer in self.ddp_buffers:
+            buffer.offload_to_cpu(move_params=True, move_grads=True)
         for tensor in self.loose:
             tensor.data = tensor.data.to("cpu", non_blocking=False)
         torch.cuda.empty_cache()
