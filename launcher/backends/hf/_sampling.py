@@ -28,7 +28,7 @@ def _decode_batch(model, prompt_ids_BT: torch.Tensor, sp, eos_id: int, pad_id: i
     out = model(input_ids=prompt_ids_BT, use_cache=True, **forward_kwargs(model, prompt_ids_BT.shape[1]))
     cache, logits_BV = out.cache, out.logits[:, -1]
     tokens_BN, logps_BN = [], []
-    done_B = torch.zeros(batch, dtype=torch.bool)
+    done_B = torch.zeros(batch, dtype=torch.bool, device=prompt_ids_BT.device)
     for _ in range(sp.max_tokens):
         token_B, logp_B = sample_next(logits_BV, sp.temperature, sp.top_p, generator)
         token_B = torch.where(done_B, torch.full_like(token_B, pad_id), token_B)
