@@ -30,6 +30,13 @@ def megatron_config(spec: ModelSpec) -> TransformerConfig:
         add_bias_linear=False, bf16=spec.dtype == torch.bfloat16, params_dtype=spec.dtype)
 
 
+HOST_OPTIMIZER = {"optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0,
+                  "use_precision_aware_optimizer": True}
+"""Adam states and fp32 master weights on the host (the planner's 12 B/param). megatron-core's
+offload fraction defaults to 0, which offloads nothing; without the precision-aware
+optimizer the fp32 master shard would stay on the GPU."""
+
+
 def wrap_for_training(model: torch.nn.Module, lr: float, weight_decay: float, grad_clip: float,
                       cpu_offload: bool = False) -> tuple[DistributedDataParallel, object]:
     """(ddp_model, optimizer) with the distributed optimizer (fp32 main params and states)."""
@@ -38,7 +45,7 @@ def wrap_for_training(model: torch.nn.Module, lr: float, weight_decay: float, gr
     ddp = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
     opt_config = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=weight_decay, clip_grad=grad_clip,
                                  bf16=config.bf16, params_dtype=model.spec.dtype, use_distributed_optimizer=True,
-                                 optimizer_cpu_offload=cpu_offload)
+                                 **(HOST_OPTIMIZER if cpu_offload else {}))
     return ddp, get_megatron_optimizer(opt_config, [ddp])
 
 

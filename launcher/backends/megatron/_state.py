@@ -16,8 +16,12 @@ import torch
 
 
 class DeviceMover:
-    def __init__(self, model: torch.nn.Module, ddp=None, optimizer=None):
-        self.model, self.ddp, self.optimizer = model, ddp, optimizer
+    def __init__(self, model: torch.nn.Module, ddp=None, optimizer=None, optimizer_on_host: bool = False):
+        """`optimizer_on_host` (trainer.optimizer.cpu_offload): the optimizer keeps its states
+        and master weights on the host already, and its GPU side is views of the DDP buffers
+        that it updates in place; offload_to_cpu would replace those views with copies."""
+        self.model, self.ddp = model, ddp
+        self.optimizer = None if optimizer_on_host else optimizer
         buffers = (ddp.buffers + ddp.expert_parallel_buffers) if ddp is not None else []
         self.ddp_buffers = buffers
         in_buffers = {id(p) for b in buffers if b.param_data is not None for p in b.params}

@@ -66,7 +66,8 @@ class MegatronTrainer(StreamedExport):
             self.ref.load_state_dict(self.model.state_dict())
         self.runner, self.optimizer, self.megatron_ddp = _model.build_optimizer(self.model, self.cfg, self.device)
         self.dp = _model.data_parallel_size()
-        self.mover = DeviceMover(self.model, *((self.runner, self.optimizer) if self.megatron_ddp else ()))
+        self.mover = DeviceMover(self.model, *((self.runner, self.optimizer) if self.megatron_ddp else ()),
+                                 optimizer_on_host=self.cfg.trainer.optimizer.cpu_offload)
 
     def _batches(self, shard: TrainShard):
         return pack_shard(shard.sequences, shard.prompt_lens, self.pad_id, self.cfg.trainer.max_tokens_per_microbatch,
