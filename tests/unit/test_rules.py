@@ -117,6 +117,8 @@ CASES = [
     C("LORA005", "dapo_sync", ["trainer.lora.targets=[q_proj,qkv_proj]"], E, "trainer.lora.targets", "qkv_proj"),
     C("LORA006", "dapo_fullft", ["trainer.lora.targets=[q_proj]"], W, "trainer.lora.targets", "rank=0", "1 targets"),
     C("LORA007", "dapo_sync", ["trainer.lora.rank=-1"], E, "trainer.lora.rank", "rank=-1"),
+    C("MEM007", "dapo_sync", ["trainer.lora.rank=0", "trainer.lora.targets=[]"], E, "trainer.optimizer.cpu_offload",
+      "cpu_offload=true", "lora.rank=0"),
     C("LORA008", "dapo_sync", ["trainer.lora.share_expert_adapters=true", "trainer.mesh.ep=4", "trainer.mesh.etp=2"],
       E, "trainer.lora.share_expert_adapters", "share_expert_adapters=true", "etp=2"),
     # --- memory

@@ -91,3 +91,18 @@ def full_finetune_fits_cluster(cfg, plan):
                     "Full fine-tuning with Adam keeps ~18 B per parameter somewhere; no sharding removes it.",
                     "Use LoRA (trainer.lora.rank=32 or 64 with targets), or a cluster with more GPUs "
                     "(64 x B200 with tp 4, ep 32, etp 2 fits).")
+
+
+@rule("MEM007")
+def host_optimizer_full_finetune(cfg, plan):
+    """Optimizer CPU offload on the megatron trainer only with LoRA."""
+    if (cfg.trainer.backend.value == "megatron" and cfg.trainer.optimizer.cpu_offload and cfg.trainer.lora.rank == 0
+            and plan.arch.is_glm5_next):
+        yield error("MEM007", "trainer.optimizer.cpu_offload",
+                    "trainer.optimizer.cpu_offload=true with full fine-tuning (trainer.lora.rank=0) on megatron",
+                    "megatron-core 0.19.2's host optimizer (HybridDeviceOptimizer) refuses fp32 weights: their "
+                    "optimizer shards are views that torch.optim rejects ('can't optimize a non-leaf Tensor'), "
+                    "and GLM-5.3-Flash keeps its router, KDA conv/dt_bias/A_log and mHC base/scale in fp32. "
+                    "The trainer fails while building its optimizer, after the cluster is up (measured on an H200).",
+                    "Set trainer.optimizer.cpu_offload=false (check MEM001: grow ep x etp or the cluster until "
+                    "the fp32 masters and Adam states fit), or train LoRA adapters (trainer.lora.rank > 0).")
