@@ -29,6 +29,34 @@ def _tiny_cfg():
     return compose(["model=tiny", "model.dtype=bfloat16"]).config
 
 
+def _tiny_trainer(device, lr: float, lora_rank: int = 0, cpu_offload: bool = False):
+    """The tiny bf16 model (seed 0) under Megatron's DDP + distributed optimizer, and the loss
+    of one fixed packed batch (the same tokens on every call)."""
+    from model.megatron import pack_lengths, token_logprobs
+    from model.megatron.build import build_model
+    from model.megatron.init import init_adapters, init_weights
+    from model.megatron.lora import apply_lora
+    from model.megatron.optim import wrap_for_training
+    from model.megatron.spec import ModelSpec
+    from tests.gpu.megatron_setup import DOMAIN_LORA_TARGETS
+
+    cfg = _tiny_cfg()
+    model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), device)
+    init_weights(model, seed=0)
+    if lora_rank:
+        apply_lora(model, DOMAIN_LORA_TARGETS, rank=lora_rank, alpha=2.0 * lora_rank)
+        init_adapters(model, seed=0)
+    ddp, optimizer = wrap_for_training(model, lr=lr, weight_decay=0.0, grad_clip=1.0, cpu_offload=cpu_offload)
+    gen = torch.Generator(device=device).manual_seed(0)
+    ids_T = torch.randint(0, cfg.model.arch.vocab_size, (512,), device=device, generator=gen)
+    packed = pack_lengths([256, 256], device)
+
+    def loss():
+        return -token_logprobs(ddp(ids_T, packed), ids_T.roll(-1)).mean()
+
+    return model, ddp, optimizer, loss
+
+
 def test_tiny_bf16_logits_match_hf_long_and_packed(device):
     from model.megatron import full_logits, pack_lengths
     from model.megatron.parity import kl_and_dlogp
@@ -50,22 +78,9 @@ def test_tiny_bf16_logits_match_hf_long_and_packed(device):
 
 
 def test_full_finetune_distributed_optimizer_lowers_loss(device):
-    from model.megatron import pack_lengths, token_logprobs
-    from model.megatron.build import build_model
-    from model.megatron.init import init_weights
-    from model.megatron.optim import train_step, wrap_for_training
-    from model.megatron.spec import ModelSpec
+    from model.megatron.optim import train_step
 
-    cfg = _tiny_cfg()
-    model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), device)
-    init_weights(model, seed=0)
-    ddp, optimizer = wrap_for_training(model, lr=1e-3, weight_decay=0.0, grad_clip=1.0)
-    ids_T = torch.randint(0, cfg.model.arch.vocab_size, (512,), device=device)
-    packed = pack_lengths([256, 256], device)
-
-    def loss():
-        return -token_logprobs(ddp(ids_T, packed), ids_T.roll(-1)).mean()
-
+    _, ddp, optimizer, loss = _tiny_trainer(device, lr=1e-3)
     losses = [train_step(ddp, optimizer, [loss])["loss"] for _ in range(6)]
     print("full FT losses", losses)
     assert losses[-1] < losses[0] - 0.05, losses
@@ -96,29 +111,15 @@ def test_offload_round_trip_leaves_training_unchanged(device):
     memory must drop and training must go on as if it had not moved. Full fine-tuning with
     the distributed optimizer, an fp32 router among bf16 weights (its main params alias the
     DDP buffer). Atomic adds make two runs differ by noise, far below three steps' update of
-any weight; a lost Adam state or a weight left behind would be of the update's size."""
+    any weight; a lost Adam state or a weight left behind would be of the update's size."""
     from launcher.backends.megatron._state import DeviceMover
-    from model.megatron import pack_lengths, token_logprobs
-    from model.megatron.build import build_model
-    from model.megatron.init import init_weights
-    from model.megatron.optim import train_step, wrap_for_training
-    from model.megatron.spec import ModelSpec
-
-    cfg = _tiny_cfg()
-    ids_T = torch.randint(0, cfg.model.arch.vocab_size, (512,), device=device)
-    packed = pack_lengths([256, 256], device)
+    from model.megatron.optim import train_step
 
     def run(offload: bool):
-        model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), device)
-        init_weights(model, seed=0)
+        model, ddp, optimizer, loss = _tiny_trainer(device, lr=1e-3)
         start = {n: p.detach().float().clone() for n, p in model.named_parameters()}
-        ddp, optimizer = wrap_for_training(model, lr=1e-3, weight_decay=0.0, grad_clip=1.0)
         mover = DeviceMover(model, ddp, optimizer)
         weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-
-        def loss():
-            return -token_logprobs(ddp(ids_T, packed), ids_T.roll(-1)).mean()
-
         losses, freed = [], []
         for _ in range(3):
             losses.append(train_step(ddp, optimizer, [loss])["loss"])
@@ -142,33 +143,15 @@ any weight; a lost Adam state or a weight left behind would be of the update's s
 
 def test_optimizer_cpu_offload_keeps_lora_states_off_the_gpu(device):
     """trainer.optimizer.cpu_offload with LoRA (the only way the validator lets it run on
-    megatron, OPT001): Adam moments and fp32 masters of the adapters live on the host (12 B
+    megatron, MEM007): Adam moments and fp32 masters of the adapters live on the host (12 B
     per trainable parameter off the GPU), training works, and a colocation round trip
     (DeviceMover with the optimizer on the host) leaves it working."""
     from launcher.backends.megatron._state import DeviceMover
-    from model.megatron import pack_lengths, token_logprobs
-    from model.megatron.build import build_model
-    from model.megatron.init import init_adapters, init_weights
-    from model.megatron.lora import apply_lora
-    from model.megatron.optim import train_step, wrap_for_training
-    from model.megatron.spec import ModelSpec
-    from tests.gpu.megatron_setup import DOMAIN_LORA_TARGETS
-
-    cfg = _tiny_cfg()
-    ids_T = torch.randint(0, cfg.model.arch.vocab_size, (512,), device=device)
-    packed = pack_lengths([256, 256], device)
+    from model.megatron.optim import train_step
 
     def run(cpu_offload: bool):
-        model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), device)
-        init_weights(model, seed=0)
-        apply_lora(model, DOMAIN_LORA_TARGETS, rank=8, alpha=16.0)
-        init_adapters(model, seed=0)
-        ddp, optimizer = wrap_for_training(model, lr=1e-2, weight_decay=0.0, grad_clip=1.0, cpu_offload=cpu_offload)
+        model, ddp, optimizer, loss = _tiny_trainer(device, lr=1e-2, lora_rank=8, cpu_offload=cpu_offload)
         mover = DeviceMover(model, ddp, optimizer, optimizer_on_host=cpu_offload)
-
-        def loss():
-            return -token_logprobs(ddp(ids_T, packed), ids_T.roll(-1)).mean()
-
         losses = []
         for _ in range(4):
             losses.append(train_step(ddp, optimizer, [loss])["loss"])
