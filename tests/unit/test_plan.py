@@ -189,12 +189,12 @@ def test_tp2_ep8_weights_per_gpu(point):
 def test_trainer_memory_lora_vs_full(point):
     lora = point("recipe=dapo_sync").plan.memory.trainer
     assert lora.grads_gib == lora.optimizer_gib == 0 and lora.lora_gib > 0
-    full = point("recipe=dapo_fullft").plan.memory.trainer
-    assert full.grads_gib == pytest.approx(2 * full.weights_gib)  # fp32 grads of bf16 weights
-    assert full.optimizer_gib == 0 and full.optimizer_host_gib > 0  # cpu_offload: true
-    on_gpu = point("recipe=dapo_fullft", "trainer.optimizer.cpu_offload=false").plan.memory.trainer
-    assert on_gpu.optimizer_gib == pytest.approx(full.optimizer_host_gib) and on_gpu.optimizer_host_gib == 0
-    for t in (lora, full, on_gpu):
+    on_gpu = point("recipe=dapo_fullft").plan.memory.trainer  # cpu_offload: false (MEM007)
+    assert on_gpu.grads_gib == pytest.approx(2 * on_gpu.weights_gib)  # fp32 grads of bf16 weights
+    assert on_gpu.optimizer_gib > 0 and on_gpu.optimizer_host_gib == 0
+    on_host = point("recipe=dapo_fullft", "trainer.optimizer.cpu_offload=true").plan.memory.trainer
+    assert on_host.optimizer_gib == 0 and on_host.optimizer_host_gib == pytest.approx(on_gpu.optimizer_gib)
+    for t in (lora, on_gpu, on_host):
         parts = t.weights_gib + t.grads_gib + t.optimizer_gib + t.lora_gib + t.activations_gib + t.runtime_gib
         assert t.total_gib == pytest.approx(parts)
 
