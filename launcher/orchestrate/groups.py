@@ -36,11 +36,20 @@ class _Group:
         self.info.append({"role": self.role, "label": label, "node": slot.node, "gpu": slot.gpu, "pid": None})
 
     def _get(self, refs: list, what: str) -> list:
-        """Results of one call per actor (or per actor of a prefix: trainer rank 0 alone)."""
+        """Results of one call per actor (or per actor of a prefix: trainer rank 0 alone).
+
+        When one actor's call fails, a peer that died is the likelier cause (a killed rank
+        breaks its peers' collectives), so its death is reported instead of their errors."""
         out = []
-        n = len(refs)
-        for ref, label, info in zip(refs, self.labels[:n], self.info[:n], strict=True):
-            out.append(get_one(ref, _who(label, info), what))
+        whos = [_who(label, info) for label, info in zip(self.labels[:len(refs)], self.info[:len(refs)], strict=True)]
+        for i, (ref, who) in enumerate(zip(refs, whos, strict=True)):
+            try:
+                out.append(get_one(ref, who, what))
+            except ActorDiedError:
+                raise
+            except Exception as err:
+                _raise_dead_peer(refs[:i] + refs[i + 1:], whos[:i] + whos[i + 1:], what, err)
+                raise
         return out
 
     def call(self, method: str, *args) -> list:
@@ -54,6 +63,24 @@ class _Group:
 def _who(label: str, info: dict) -> str:
     pid = f"pid {info['pid']}, " if info["pid"] else ""
     return f"{label} ({pid}node {info['node']} GPU {info['gpu']})"
+
+
+PEER_DEATH_GRACE_S = 10.0
+"""How long a failed call waits for its peers' calls to show a death: Ray notices a killed
+process within a second or two, while its peers' collectives fail at once."""
+
+
+def _raise_dead_peer(refs: list, whos: list[str], what: str, cause: Exception) -> None:
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=PEER_DEATH_GRACE_S) if refs else ([], [])
+    for ref, who in zip(refs, whos, strict=True):
+        if ref not in ready:
+            continue
+        try:
+            get_one(ref, who, what)
+        except ActorDiedError as died:
+            raise died from cause
+        except Exception:  # noqa: BLE001, S112 - a peer's own failure: the first one is reported
+            continue
 
 
 def get_one(ref, who: str, what: str):

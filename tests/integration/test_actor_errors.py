@@ -1,0 +1,59 @@
+"""A dead actor is reported as the cause even when a surviving peer's call fails first:
+killing one trainer rank breaks its peers' collectives at once, while Ray takes a moment
+to notice the death. Real Ray actors, no launcher run."""
+import os
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+
+@ray.remote(num_cpus=0)
+class Peer:
+    def fail_fast(self):
+        raise RuntimeError("gloo: connection reset by peer")
+
+    def die_slowly(self):
+        time.sleep(0.5)
+        os._exit(1)
+
+    def pid(self):
+        return os.getpid()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def _group(actors):
+    from launcher.orchestrate.groups import _Group
+
+    group = _Group()
+    group.actors, group.labels = actors, [f"trainer rank {i}" for i in range(len(actors))]
+    group.info = [{"node": 0, "gpu": i, "pid": None} for i in range(len(actors))]
+    group.wait_ready()
+    return group
+
+
+def test_a_peers_death_is_reported_over_the_survivors_error(local_ray):
+    from launcher.orchestrate.groups import ActorDiedError
+
+    survivor, victim = Peer.remote(), Peer.remote()
+    group = _group([survivor, victim])
+    victim_pid = group.info[1]["pid"]
+    with pytest.raises(ActorDiedError, match=rf"trainer rank 1 \(pid {victim_pid}, node 0 GPU 1\) died during step"):
+        group._get([survivor.fail_fast.remote(), victim.die_slowly.remote()], "step")
+
+
+def test_an_error_with_every_peer_alive_is_raised_as_it_is(local_ray):
+    first, second = Peer.remote(), Peer.remote()
+    group = _group([first, second])
+    start = time.monotonic()
+    with pytest.raises(ray.exceptions.RayTaskError, match="connection reset"):
+        group._get([first.fail_fast.remote(), second.fail_fast.remote()], "step")
+    assert time.monotonic() - start < 5.0  # no grace wait when the peers have already answered
