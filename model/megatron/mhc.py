@@ -13,14 +13,13 @@ import torch.nn.functional as F
 
 from model.megatron.fused import fused
 from model.megatron.parallel import mark_duplicated
+from model.megatron.rmsnorm import rms_input_grad
 from model.megatron.spec import ModelSpec
 
 
 @fused
 def _norm_input_grad(grad_TF: torch.Tensor, flat_TF: torch.Tensor, rstd_T1: torch.Tensor) -> torch.Tensor:
-    """d(x * rstd(x)) / dx applied to grad: rstd * (g - y * mean(g * y)), y = x * rstd."""
-    normed_TF = flat_TF.to(grad_TF.dtype) * rstd_T1
-    return (rstd_T1 * (grad_TF - normed_TF * (grad_TF * normed_TF).mean(-1, keepdim=True))).to(flat_TF.dtype)
+    return rms_input_grad(grad_TF, flat_TF.to(grad_TF.dtype) * rstd_T1, rstd_T1).to(flat_TF.dtype)
 
 
 class NormedMix(torch.autograd.Function):

@@ -12,6 +12,12 @@ from model.megatron.fused import fused
 from model.megatron.parallel import mark_duplicated
 
 
+def rms_input_grad(grad_n: torch.Tensor, normed: torch.Tensor, rstd: torch.Tensor) -> torch.Tensor:
+    """d(x * rstd(x)) / dx applied to grad_n: rstd * (g - y * mean(g * y)), y = x * rstd.
+    Plain ops, so it fuses into whichever compiled backward calls it (here and mHC's)."""
+    return rstd * (grad_n - normed * (grad_n * normed).mean(-1, keepdim=True))
+
+
 @fused
 def _rms_norm_grad(grad, x, weight, rstd):
     """(d x, d weight): y = weight * bf16(x * rstd), so d weight sums grad * bf16(x * rstd)."""
@@ -19,8 +25,7 @@ def _rms_norm_grad(grad, x, weight, rstd):
     normed = x32 * rstd
     grad_w = (grad.float() * normed.to(x.dtype).float()).flatten(0, -2).sum(0).to(weight.dtype)
     grad_n = grad.float() * weight.float()
-    grad_x = rstd * (grad_n - normed * (grad_n * normed).mean(-1, keepdim=True))
-    return grad_x.to(x.dtype), grad_w
+    return rms_input_grad(grad_n, normed, rstd).to(x.dtype), grad_w
 
 
 class RMSNormFn(torch.autograd.Function):
