@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from launcher.backends.hf._model import build_model as build_hf
-from launcher.backends.hf._model import language_state
+from launcher.backends.hf._model import checkpoint_state
 from launcher.compose import compose
 from model.megatron import full_logits, pack_lengths
 from model.megatron.build import build_model, init_parallel
@@ -45,7 +45,7 @@ def main() -> None:
                 param.data = param.data.float()
         ref16 = hf16(input_ids=ids_T[None]).logits[0]
         meg = build_model(ModelSpec.from_arch(cfg.model.arch, torch.bfloat16), "cpu")
-        load_hf_state(meg, language_state(hf16))
+        load_hf_state(meg, checkpoint_state(hf16))
         meg16 = full_logits(meg(ids_T, pack_lengths([SEQ], "cpu")))
     targets = ids_T.roll(-1)
     result = {"hf32_vs_hf16": kl_and_dlogp(ref32, ref16, targets),

@@ -66,3 +66,23 @@ def cli():
                               timeout=timeout)
 
     return run
+
+
+def _tiny_checkpoint(tmp_path_factory, descriptor: str) -> Path:
+    pytest.importorskip("transformers")
+    from model.tiny_checkpoint import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp(f"ckpt_{descriptor}"), descriptor)
+
+
+@pytest.fixture(scope="session")
+def tiny_glm_checkpoint(tmp_path_factory) -> Path:
+    """A glm5_next checkpoint folder of model/descriptors/tiny.yaml in the release layout
+    (>= 5 shards + index, tokenizer, several eos ids); built once per session, read-only."""
+    return _tiny_checkpoint(tmp_path_factory, "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_checkpoint(tmp_path_factory) -> Path:
+    """The same for model/descriptors/tiny_qwen3.yaml (a plain qwen3); read-only."""
+    return _tiny_checkpoint(tmp_path_factory, "tiny_qwen3")

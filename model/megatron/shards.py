@@ -33,6 +33,30 @@ def _join(parts: list[torch.Tensor], dim: int, stride: int) -> torch.Tensor:
     return torch.cat([torch.cat([blocks[b] for blocks in per_rank_blocks], dim=dim) for b in range(stride)], dim=dim)
 
 
+def _chunks(indices: list[int], count: int) -> list[list[int]]:
+    """torch.chunk's split of a sequence (ceil-sized pieces), so index selection and
+    tensor slicing agree on every uneven size."""
+    step = -(-len(indices) // count)
+    return [indices[i:i + step] for i in range(0, len(indices), step)]
+
+
+def whole_shape(param: torch.Tensor) -> tuple[int, ...]:
+    """The shape of the whole (unsharded) tensor `param` is a slice of."""
+    shape = list(param.shape)
+    for dim, _, _, size, _ in shard_splits(param):
+        shape[dim] *= size
+    return tuple(shape)
+
+
+def shard_index(param: torch.Tensor) -> list[list[int]]:
+    """Per dimension, the indices of the whole tensor this rank's `param` holds, in order:
+    what a reader needs to fetch only this rank's slice from a checkpoint."""
+    index = [list(range(n)) for n in whole_shape(param)]
+    for dim, stride, rank, size, _ in shard_splits(param):
+        index[dim] = [i for block in _chunks(index[dim], stride) for i in _chunks(block, size)[rank]]
+    return index
+
+
 def shard_of(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     """This rank's slice of `full` for `param` (same shape as param)."""
     for dim, stride, rank, size, _ in shard_splits(param):

@@ -1,51 +1,128 @@
-"""Load HF weights into a (sharded) GlmModel and export HF-named weights from it.
+"""Load checkpoint weights into a (sharded) GlmModel and export checkpoint-named weights.
 
+Loading reads, per parameter, only this rank's slice of the tensors the name table
+composes it from (reader.py): host memory stays at one slice plus the rank's shard.
 Export gathers every shard (a collective: call it on every rank); adapters are merged into
 the exported weights when the model carries LoRA (model.megatron.lora), so what leaves
-is always a plain HF state dict. `hf_stream` yields it one tensor at a time, which is how
-weight sync sends it (never the whole model at once).
+is always a plain checkpoint-named state dict. `hf_stream` yields it one tensor at a time,
+which is how weight sync and `launcher export` send it (never the whole model at once).
 """
 from collections.abc import Iterator
 
 import torch
 
-from model.megatron.mapping import hf_parts, megatron_from_hf, name_table
-from model.megatron.shards import gather_full, shard_of
+from model.megatron.mapping import CONV, EXPERTS, ONE, name_table, part_names, split
+from model.megatron.reader import FLOAT_DTYPES, CheckpointFormatError, SafetensorsFolder, TensorDict
+from model.megatron.shards import gather_full, shard_index, whole_shape
 
 
 def base_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Parameters and buffers that the HF checkpoint has (LoRA adapters excluded)."""
+    """Parameters and buffers that the checkpoint has (LoRA adapters excluded)."""
     tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     return {name: t for name, t in tensors.items() if ".lora_" not in name}
 
 
-def load_hf_state(model: torch.nn.Module, hf_state: dict[str, torch.Tensor]) -> None:
-    """Copy an HF glm5_next state dict (language model part) into this rank's shards."""
-    full = megatron_from_hf(hf_state, model.spec)
+def _part_shape(source, kind: str, name: str) -> tuple[int, ...]:
+    shape = source.shape(name)
+    if kind == CONV:
+        if len(shape) != 3 or shape[1] != 1:
+            raise CheckpointFormatError(f"{_where(source, name)}: tensor {name} has shape {list(shape)}, "
+                                        "a short-conv weight is [channels, 1, kernel]")
+        return (shape[0], shape[2])
+    return shape
+
+
+def _where(source, name: str) -> str:
+    return source.file_of(name) if hasattr(source, "file_of") else "state dict"
+
+
+def _check_row(source, mname: str, kind: str, names: tuple[str, ...], want: tuple[int, ...], experts: int) -> None:
+    """Every part exists, is floating point, and together they make the shape the model needs."""
+    parts = part_names(kind, names, experts)
+    for name in parts:
+        if source.dtype(name) not in FLOAT_DTYPES:
+            raise CheckpointFormatError(f"{_where(source, name)}: tensor {name} has dtype {source.dtype(name)}; "
+                                        "weights must be floating point")
+    shapes = [_part_shape(source, kind, n) for n in parts]
+    per_expert = len(names) if kind == EXPERTS else len(parts)
+    rows = sum(s[0] for s in shapes[:per_expert])
+    inner = want[1:] if kind != EXPERTS else want[2:]
+    ok = all(s[1:] == inner for s in shapes) and (rows == (want[1] if kind == EXPERTS else want[0]))
+    if kind == EXPERTS:
+        ok = ok and want[0] == experts and all(s == shapes[i % per_expert] for i, s in enumerate(shapes))
+    if not ok:
+        found = ", ".join(f"{n} {list(s)} in {_where(source, n)}" for n, s in list(zip(parts, shapes, strict=True))[:4])
+        raise CheckpointFormatError(f"checkpoint tensors for {mname} do not make its shape {list(want)}: {found}"
+                                    f"{' ...' if len(parts) > 4 else ''}; is the checkpoint for another architecture?")
+
+
+def _read_rows(source, kind: str, names: list[str], index: list[list[int]]) -> torch.Tensor:
+    """The selected rows (index[0]) of the row concatenation of `names`, reading only those."""
+    out, offset = [], 0
+    for name in names:
+        shape = _part_shape(source, kind, name)
+        rows = [i - offset for i in index[0] if offset <= i < offset + shape[0]]
+        offset += shape[0]
+        if not rows:
+            continue
+        if kind == CONV:
+            out.append(source.read(name, [rows, [0], *index[1:]]).squeeze(1))
+        else:
+            out.append(source.read(name, [rows, *index[1:]]))
+    return torch.cat(out) if len(out) > 1 else out[0]
+
+
+def read_shard(source, kind: str, names: tuple[str, ...], index: list[list[int]]) -> torch.Tensor:
+    """This rank's slice of one Megatron tensor, read from its checkpoint tensors."""
+    if kind == ONE:
+        return source.read(names[0], index)
+    if kind == EXPERTS:
+        return torch.stack([_read_rows(source, kind, [n.format(e=e) for n in names], index[1:]) for e in index[0]])
+    return _read_rows(source, kind, list(names), index)
+
+
+def load_weights(model: torch.nn.Module, source) -> None:
+    """Copy checkpoint weights (a SafetensorsFolder or TensorDict) into this rank's shards."""
     tensors = base_tensors(model)
-    if set(full) != set(tensors):
-        raise KeyError(f"mapping mismatch: only in HF {sorted(set(full) - set(tensors))[:5]}, "
-                       f"only in Megatron {sorted(set(tensors) - set(full))[:5]}")
-    with torch.no_grad():
-        for name, tensor in tensors.items():
-            tensor.copy_(shard_of(full[name], tensor).to(tensor.dtype))
+    table = name_table(model.spec)
+    unmatched = sorted(set(tensors) ^ {row[0] for row in table})
+    if unmatched:
+        raise KeyError(f"the name table and the model disagree on {unmatched[:5]}")
+    experts = model.spec.n_routed_experts
+    try:
+        for mname, kind, names in table:
+            param = tensors[mname]
+            _check_row(source, mname, kind, names, whole_shape(param), experts)
+            with torch.no_grad():
+                param.copy_(read_shard(source, kind, names, shard_index(param)).to(param.dtype))
+    finally:
+        source.close()
+
+
+def load_checkpoint_folder(model: torch.nn.Module, folder: str) -> None:
+    load_weights(model, SafetensorsFolder(folder))
+
+
+def load_hf_state(model: torch.nn.Module, hf_state: dict[str, torch.Tensor]) -> None:
+    """load_weights from checkpoint-named tensors in memory."""
+    load_weights(model, TensorDict(hf_state))
 
 
 def hf_stream(model: torch.nn.Module, merged: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
-    """Whole HF-named tensors in the name table's order (layer by layer), LoRA merged in when
-    `merged`. Each Megatron tensor is gathered when reached: a collective, so every rank
-    iterates this in lockstep."""
+    """Whole checkpoint-named tensors in the name table's order (layer by layer), LoRA merged
+    in when `merged`. Each Megatron tensor is gathered when reached: a collective, so every
+    rank iterates this in lockstep."""
     tensors = base_tensors(model)
     owners = {f"{name}.weight": module for name, module in model.named_modules()
               if merged and hasattr(module, "merged_weight")}
-    for mname, hnames in name_table(model.spec):
+    for mname, kind, names in name_table(model.spec):
         owner = owners.get(mname)
         with torch.no_grad():  # not around the yields: grad mode stays the caller's between items
             full = gather_full(tensors[mname], owner.merged_weight() if owner is not None else None)
-        yield from hf_parts(mname, hnames, full)
+        yield from split(kind, names, full)
         del full
 
 
 def export_hf_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Whole HF-named tensors on every rank; LoRA adapters merged in."""
+    """Whole checkpoint-named tensors on every rank; LoRA adapters merged in."""
     return dict(hf_stream(model, merged=True))

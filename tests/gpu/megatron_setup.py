@@ -63,20 +63,23 @@ def perturb_for_signal(hf, seed: int) -> None:
 
 
 def megatron_from_hf_model(hf, model_cfg, device: torch.device):
-    from launcher.backends.hf._model import VISION_PREFIX
+    from launcher.backends.hf._model import checkpoint_state
     from model.megatron.build import build_model
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import load_hf_state
 
     meg = build_model(ModelSpec.from_arch(model_cfg.arch, model_cfg.dtype, pad_token_id=0), device)
-    load_hf_state(meg, {k: v for k, v in hf.state_dict().items() if not k.startswith(VISION_PREFIX)})
+    load_hf_state(meg, checkpoint_state(hf))
     return meg
 
 
 def hf_grads(hf) -> dict[str, torch.Tensor]:
+    """Every weight's grad (zeros where none) under the checkpoint's names."""
+    from launcher.backends.hf._model import checkpoint_state
+
     grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in hf.named_parameters()}
     grads.update({n: torch.zeros_like(b) for n, b in hf.named_buffers()})
-    return grads
+    return checkpoint_state(hf, grads)
 
 
 def expected_b_grads(spec, grads: dict[str, torch.Tensor], targets: list[str], rank: int, expert_rank: int,

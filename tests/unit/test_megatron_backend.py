@@ -54,13 +54,13 @@ def _close(a, b, atol=2e-5):
 
 def test_logprobs_match_hf_trainer_and_merged_sync_reproduces_them():
     from launcher.backends.hf import HfEngine, HfTrainer
-    from launcher.backends.hf._model import language_state
+    from launcher.backends.hf._model import checkpoint_state
     from model.megatron.weights import load_hf_state
 
     cfg = _config()
     trainer = _trainer(cfg)
     reference = HfTrainer(_config("trainer.backend=hf"), 0, 1)
-    load_hf_state(trainer.model, language_state(reference.model))
+    load_hf_state(trainer.model, checkpoint_state(reference.model))
     assert _close(trainer.logprobs(_shard()), reference.logprobs(_shard()))
     stats = trainer.train_step(_shard())
     assert torch.isfinite(torch.tensor(stats["loss"])) and stats["grad_norm"] > 0

@@ -15,7 +15,8 @@ LENGTHS = [30, 50]
 
 def _models(shared: bool):
     from launcher.backends.hf._model import build_model as build_hf
-    from launcher.backends.hf._model import language_state
+    from launcher.backends.hf._model import checkpoint_state
+    from launcher.backends.hf._names import model_state
     from launcher.compose import compose
     from model.megatron.build import build_model
     from model.megatron.lora import apply_lora
@@ -26,14 +27,14 @@ def _models(shared: bool):
     cfg = compose(["model=tiny"]).config
     hf = build_hf(cfg.model, pad_id=0, seed=0)
     meg = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), "cpu")
-    load_hf_state(meg, language_state(hf))
+    load_hf_state(meg, checkpoint_state(hf))
     apply_lora(meg, TARGETS, rank=4, alpha=8.0, share_expert_adapters=shared, normalize_moe_lora=True, topk=2)
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for name, param in meg.named_parameters():
             if name.endswith("lora_B"):
                 param.copy_(torch.randn(param.shape, generator=gen) * 0.05)
-    hf.load_state_dict(export_hf_state(meg), strict=False)
+    hf.load_state_dict(model_state(hf, export_hf_state(meg)), strict=False)
     return hf, meg
 
 
@@ -57,6 +58,7 @@ def _loss_megatron(meg, ids):
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_lora_grads_match_hf_full_weight_grads(shared):
+    from launcher.backends.hf._model import checkpoint_state
     from model.megatron.parity import cosine, expected_lora_grads
 
     hf, meg = _models(shared)
@@ -65,7 +67,7 @@ def test_lora_grads_match_hf_full_weight_grads(shared):
     _loss_hf(hf, ids).backward()
     grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in hf.named_parameters()}
     grads.update({n: torch.zeros_like(b) for n, b in hf.named_buffers()})
-    expected = expected_lora_grads(meg, grads)
+    expected = expected_lora_grads(meg, checkpoint_state(hf, grads))
     _loss_megatron(meg, ids).backward()
     got = {n: p.grad for n, p in meg.named_parameters() if ".lora_" in n}
     assert got.keys() == expected.keys() and len(got) > 20

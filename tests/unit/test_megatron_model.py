@@ -17,7 +17,7 @@ LENGTHS = [40, 23, 64]
 @pytest.fixture(scope="module")
 def models():
     from launcher.backends.hf._model import build_model as build_hf
-    from launcher.backends.hf._model import language_state
+    from launcher.backends.hf._model import checkpoint_state
     from launcher.compose import compose
     from model.megatron.build import build_model
     from model.megatron.spec import ModelSpec
@@ -35,7 +35,7 @@ def models():
             if "e_score_correction_bias" in name:
                 buf.copy_(torch.randn(buf.shape, generator=gen) * 0.1)
     meg = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), "cpu")
-    load_hf_state(meg, language_state(hf))
+    load_hf_state(meg, checkpoint_state(hf))
     return hf, meg
 
 
@@ -62,11 +62,11 @@ def test_packed_logits_match_hf_per_sequence(models):
 
 
 def test_hf_megatron_hf_round_trip_is_bit_exact(models):
-    from launcher.backends.hf._model import language_state
+    from launcher.backends.hf._model import checkpoint_state
     from model.megatron.weights import export_hf_state
 
     hf, meg = models
-    original = language_state(hf)
+    original = checkpoint_state(hf)
     exported = export_hf_state(meg)
     assert exported.keys() == original.keys()
     assert all(torch.equal(exported[k], original[k]) for k in original)
@@ -136,7 +136,7 @@ def test_shared_indexer_layer_matches_hf_and_survives_recompute():
     own), and full-layer recompute gives the same gradients: the relayed masks are captured
     at forward time, not re-read when backward recomputes the layer."""
     from launcher.backends.hf._model import build_model as build_hf
-    from launcher.backends.hf._model import language_state
+    from launcher.backends.hf._model import checkpoint_state
     from launcher.compose import compose
     from model.megatron import full_logits, token_logprobs
     from model.megatron.build import build_model
@@ -152,7 +152,7 @@ def test_shared_indexer_layer_matches_hf_and_survives_recompute():
     grads = []
     for recompute in (False, True):
         meg = build_model(spec, "cpu", recompute_layers=recompute)
-        load_hf_state(meg, language_state(hf))
+        load_hf_state(meg, checkpoint_state(hf))
         logits = meg(torch.cat(ids), packed)
         token_logprobs(logits, torch.cat(ids).roll(-1)).sum().backward()
         grads.append(torch.cat([p.grad.flatten() for p in meg.parameters() if p.grad is not None]))
@@ -161,8 +161,8 @@ def test_shared_indexer_layer_matches_hf_and_survives_recompute():
     assert torch.allclose(full_logits(logits.detach()), ref, atol=1e-5, rtol=1e-4)
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
     exported = export_hf_state(meg)
-    assert all(torch.equal(exported[k], v) for k, v in language_state(hf).items())
-    assert exported.keys() == language_state(hf).keys()
+    assert all(torch.equal(exported[k], v) for k, v in checkpoint_state(hf).items())
+    assert exported.keys() == checkpoint_state(hf).keys()
 
 
 def test_shared_indexer_without_a_full_neighbour_is_refused():

@@ -21,6 +21,7 @@ MESHES = {"tp2": (2, 1, 1), "ep2_dp2": (1, 2, 1), "tp2_ep2": (2, 2, 1), "tp2_etp
 
 def _hf_reference():
     from launcher.backends.hf._model import build_model as build_hf
+    from launcher.backends.hf._model import checkpoint_state
     from launcher.compose import compose
 
     cfg = compose(["model=tiny"]).config
@@ -35,7 +36,7 @@ def _hf_reference():
         logits.append(out.detach())
     grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in hf.named_parameters()}
     grads.update({n: torch.zeros_like(b) for n, b in hf.named_buffers()})
-    return cfg, hf, ids, torch.cat(logits), grads
+    return cfg, hf, ids, torch.cat(logits), checkpoint_state(hf, grads)
 
 
 def _sum_partial_grads(model) -> None:
@@ -57,7 +58,7 @@ def _check_mesh(mesh, reference) -> dict:
     """One mesh on this rank: (worst |logit diff|, worst grad cosine, worst names) vs HF."""
     from megatron.core import parallel_state as ps
 
-    from launcher.backends.hf._model import language_state
+    from launcher.backends.hf._model import checkpoint_state
     from model.megatron import full_logits, pack_lengths, token_logprobs
     from model.megatron.build import build_model, init_parallel
     from model.megatron.mapping import megatron_from_hf
@@ -69,7 +70,7 @@ def _check_mesh(mesh, reference) -> dict:
     cfg, hf, ids, ref_logits, hf_grads = reference
     init_parallel(*mesh)
     model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype, pad_token_id=0), "cpu")
-    load_hf_state(model, language_state(hf))
+    load_hf_state(model, checkpoint_state(hf))
     dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
     mine = list(range(dp_rank, len(ids), dp))
     flat = torch.cat([ids[i] for i in mine])
@@ -126,7 +127,7 @@ def _streamed_export(model) -> dict:
 def _adapted_backward(reference, packed, ids_T, shared: bool):
     """The tiny model with routed-expert adapters on this mesh; grads of the packed batch's
     log-likelihood, summed the way DDP does (sum_grads_without_ddp); the HF grads mapped."""
-    from launcher.backends.hf._model import language_state
+    from launcher.backends.hf._model import checkpoint_state
     from model.megatron import token_logprobs
     from model.megatron.build import build_model
     from model.megatron.init import init_adapters
@@ -138,7 +139,7 @@ def _adapted_backward(reference, packed, ids_T, shared: bool):
 
     cfg, hf, _, _, hf_grads = reference
     model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype, pad_token_id=0), "cpu")
-    load_hf_state(model, language_state(hf))
+    load_hf_state(model, checkpoint_state(hf))
     adapted = [model.get_submodule(name) for name in
                apply_lora(model, ["linear_fc1", "linear_fc2"], rank=4, alpha=8.0, share_expert_adapters=shared)]
     routed = [module for module in adapted if isinstance(module, LoraGrouped)]

@@ -8,7 +8,7 @@ import torch
 
 from launcher.backends import GenerationRequest, SamplingParams, WeightUpdate, engine_class, trainer_class
 from launcher.backends._stream import buckets, nbytes, sync_in_process
-from launcher.backends.hf._model import language_state
+from launcher.backends.hf._model import checkpoint_state, language_state
 from launcher.compose import compose
 from launcher.rl.weight_sync import MAX_BUCKETS_ALIVE, check_pending, stream_weights
 
@@ -51,7 +51,7 @@ def test_trainer_export_yields_bounded_buckets_of_its_whole_model():
         assert all(t.device.type == "cpu" for _, t in bucket.tensors)
     assert [info.index for info, _ in steps] == list(range(len(steps)))
     received = {name: t for _, bucket in steps for name, t in bucket.tensors}
-    expected = language_state(trainer.model)
+    expected = checkpoint_state(trainer.model)
     assert list(received) == list(expected)  # every tensor, once, in module (layer) order
     assert all(torch.equal(received[n], expected[n]) for n in expected)
     assert trainer.next_bucket() == (None, None)  # exhausted stays exhausted

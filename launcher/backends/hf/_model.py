@@ -81,8 +81,18 @@ def language_items(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]
 
 
 def language_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """language_items as a dict of copies (checkpoints, tests)."""
+    """language_items as a dict of copies (the hf trainer's own checkpoints)."""
     return {name: tensor.clone() for name, tensor in language_items(model)}
+
+
+def checkpoint_state(model: torch.nn.Module, tensors: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The language model's tensors (or `tensors` keyed like its state dict, e.g. grads)
+    under the checkpoint's on-disk names: what the Megatron loader and engines take."""
+    from launcher.backends.hf._names import checkpoint_items
+
+    items = language_items(model) if tensors is None else (
+        (k, v) for k, v in tensors.items() if not k.startswith(VISION_PREFIX))
+    return {name: tensor.clone() for name, tensor in checkpoint_items(model, items)}
 
 
 def forward_kwargs(model: torch.nn.Module, seq_len: int) -> dict:

@@ -14,7 +14,8 @@ import os
 import torch
 
 from launcher.backends.hf import _lora
-from launcher.backends.hf._model import build_model
+from launcher.backends.hf._model import VISION_PREFIX, build_model
+from launcher.backends.hf._names import ModelNameAssembler
 from launcher.backends.hf._sampling import sample
 from launcher.backends.protocols import Generation, GenerationRequest, WeightBucket, WeightUpdate
 from launcher.backends.registry import ENGINES
@@ -40,6 +41,7 @@ class HfEngine:
         self._update: WeightUpdate | None = None
         """The update between begin and finish (None otherwise)."""
         self._adapter_tensors: dict = {}
+        self._names: ModelNameAssembler | None = None
 
     def pid(self) -> int:
         return os.getpid()
@@ -80,6 +82,11 @@ class HfEngine:
         self._update, self._adapter_tensors = None, {}
         if update is None:
             raise RuntimeError(f"engine {self.index}: finish_weight_update without begin")
+        missing = self._assembler().unfinished() if self._names is not None else []
+        if missing:
+            self._names.pending.clear()
+            raise ValueError(f"engine {self.index}: weight update {version} ended without checkpoint tensors "
+                             f"{missing[:5]} ({len(missing)} missing)")
         if update.adapter is not None:
             if not hasattr(self.model, "peft_config"):
                 self.model = _lora.wrap(self.model, update.adapter).eval()
@@ -87,8 +94,25 @@ class HfEngine:
         self.has_weights = True
         self.version = version
 
-    def _load_full(self, tensors: dict[str, torch.Tensor]) -> None:
-        target = self.model.get_base_model() if hasattr(self.model, "peft_config") else self.model
+    def _base_model(self):
+        return self.model.get_base_model() if hasattr(self.model, "peft_config") else self.model
+
+    def _assembler(self) -> ModelNameAssembler:
+        """Built once: which checkpoint tensors make each of the model's in-memory tensors."""
+        if self._names is None:
+            base = self._base_model()
+            shapes = {k: v.shape for k, v in base.state_dict().items()
+                      if not k.startswith(VISION_PREFIX) and "lora_" not in k}
+            shapes = {k.replace(".base_layer.", "."): v for k, v in shapes.items()}
+            self._names = ModelNameAssembler(base, shapes)
+        return self._names
+
+    def _load_full(self, checkpoint_tensors: dict[str, torch.Tensor]) -> None:
+        """Checkpoint-named tensors in; each in-memory tensor is loaded once all its parts are in."""
+        tensors = self._assembler().add(checkpoint_tensors)
+        if not tensors:
+            return
+        target = self._base_model()
         if hasattr(self.model, "peft_config"):
             tensors = _lora.to_peft_names(target, tensors)
         result = target.load_state_dict(tensors, strict=False)

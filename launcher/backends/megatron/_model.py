@@ -2,39 +2,20 @@
 optimizer (Megatron DDP + distributed optimizer on GPU; torch AdamW with summed grads on
 CPU, where Megatron's grad buffers cannot live).
 """
-import glob
-import os
-
 import torch
 from megatron.core import parallel_state as ps
-from safetensors import safe_open
 
 from model.megatron.build import build_model, init_parallel
 from model.megatron.init import init_adapters, init_weights
 from model.megatron.lora import apply_lora
-from model.megatron.mapping import LM
 from model.megatron.optim import wrap_for_training
 from model.megatron.spec import ModelSpec
-from model.megatron.weights import load_hf_state
+from model.megatron.weights import load_checkpoint_folder
 
 
 def resolved_mesh(mesh) -> tuple[int, int, int]:
     """(tp, ep, etp); etp null means Megatron's default, tp."""
     return mesh.tp, mesh.ep, mesh.etp if mesh.etp is not None else mesh.tp
-
-
-def read_hf_checkpoint(path: str) -> dict[str, torch.Tensor]:
-    """Language-model tensors of a local HF checkpoint folder (*.safetensors), on the CPU."""
-    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
-    if not files:
-        raise FileNotFoundError(f"model.hf_path={path}: no *.safetensors files there")
-    state = {}
-    for file in files:
-        with safe_open(file, framework="pt") as reader:
-            for name in reader.keys():
-                if name.startswith(LM) or name == "lm_head.weight":
-                    state[name] = reader.get_tensor(name)
-    return state
 
 
 def build_rank_model(config, device: torch.device, pad_id: int):
@@ -47,7 +28,7 @@ def build_rank_model(config, device: torch.device, pad_id: int):
     modules = frozenset(config.trainer.recompute.modules) if granularity == "selective" else frozenset()
     model = build_model(spec, device, recompute_layers=granularity == "full", recompute_modules=modules)
     if config.model.hf_path:
-        load_hf_state(model, read_hf_checkpoint(config.model.hf_path))
+        load_checkpoint_folder(model, config.model.hf_path)
     else:
         init_weights(model, config.run.seed)
     lora = config.trainer.lora
