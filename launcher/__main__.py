@@ -1,4 +1,4 @@
-"""Entry point: `python -m launcher [run|plan|validate|mesh] [flags] [overrides]`.
+"""Entry point: `python -m launcher [run|plan|validate|mesh|export] [flags] [overrides]`.
 
 Composition, validation and planning never import torch, ray, vllm or megatron, so
 `plan`/`validate` answer in well under a second; only `run` loads the RL stack.
@@ -24,6 +24,10 @@ def _dispatch(args: Args) -> int:
         return cmd_sweep(args)
     if args.command == "validate":
         return cmd_validate(args.overrides, args.format, args.all)
+    if args.command == "export":
+        from launcher.cli.export import cmd_export
+
+        return cmd_export(args.overrides, args.adapter)
     if args.command == "mesh":
         from launcher.cli.mesh import cmd_mesh
 

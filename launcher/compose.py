@@ -3,20 +3,29 @@
 Uses Hydra's Compose API (the same defaults-list and override grammar as @hydra.main)
 so the launcher controls the error path: every composition failure becomes a finding
 with the full key, the value and the fix, and nothing is written before that succeeds.
+
+With `model.hf_path` set, the checkpoint's config.json is the architecture: its values
+replace `model.arch`'s (in the typed object and the DictConfig that is printed and written),
+and the values the descriptor, recipe and command line set are kept aside in
+`model.declared_arch` for MODEL006 to compare.
 """
 from dataclasses import dataclass, field
 
 from hydra import compose as hydra_compose
 from hydra import initialize
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from launcher._compose_errors import translate
 from launcher._config_files import store_all
+from launcher.checkpoint_config import ARCH_FIELDS, NULL_MEANS_HF_DEFAULT, arch_values
 from launcher.schema import SCHEMA_NAME, LauncherConfig, register_schema
 
 DEFAULT_RECIPE = "tiny_grpo"
 PRIMARY_NAME = "launcher"
+PROBE_NAME = "launcher_arch_probe"
+"""Primary config whose schema has every model.arch field missing (`???`): composing it with the
+same overrides shows which fields the descriptor, recipe and command line set."""
 
 
 @dataclass
@@ -39,20 +48,67 @@ def _register_primary() -> None:
     )
 
 
+def _register_probe() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    if f"{PROBE_NAME}.yaml" in store.list(""):
+        return
+    schema = OmegaConf.structured(LauncherConfig)
+    for name in ARCH_FIELDS:
+        schema.model.arch[name] = MISSING
+    store.store(name=f"{PROBE_NAME}_schema", node=schema)
+    store.store(name=PROBE_NAME, node={"defaults": [f"{PROBE_NAME}_schema", {"recipe": DEFAULT_RECIPE}, "_self_"]})
+
+
+def _hydra_compose(primary: str, overrides: list[str]) -> DictConfig:
+    GlobalHydra.instance().clear()
+    try:
+        with initialize(version_base="1.3", config_path=None, job_name="launcher"):
+            return hydra_compose(config_name=primary, overrides=list(overrides), return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def compose(overrides: list[str]) -> Composed:
     """Compose one point; raises ConfigError (exit 2) on any composition problem."""
     store_all()
     _register_primary()
-    GlobalHydra.instance().clear()
     try:
-        with initialize(version_base="1.3", config_path=None, job_name="launcher"):
-            cfg = hydra_compose(config_name=PRIMARY_NAME, overrides=list(overrides), return_hydra_config=True)
-            choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if k in ("recipe", "cluster", "model")}
-            with open_dict(cfg):
-                del cfg["hydra"]
-            config = OmegaConf.to_object(cfg)
+        cfg = _hydra_compose(PRIMARY_NAME, overrides)
+        choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if k in ("recipe", "cluster", "model")}
+        with open_dict(cfg):
+            del cfg["hydra"]
+        config = OmegaConf.to_object(cfg)
+        if config.model.hf_path is not None:
+            config = _apply_checkpoint_arch(cfg, config, overrides)
     except Exception as exc:  # noqa: BLE001 - every Hydra/OmegaConf failure is translated
         raise translate(exc, overrides) from None
-    finally:
-        GlobalHydra.instance().clear()
     return Composed(config=config, cfg=cfg, choices=choices, overrides=list(overrides))
+
+
+def _declared_arch_fields(overrides: list[str]) -> list[str]:
+    """model.arch fields set by the descriptor, the recipe or the command line (not schema defaults).
+
+    A second composition with every arch field missing in the schema: whatever is no longer
+    missing was set by some file or override. Only runs with model.hf_path set (~70 ms).
+    A null on a field where null means "HF's default" claims nothing and does not count."""
+    _register_probe()
+    probe = _hydra_compose(PROBE_NAME, overrides).model.arch
+    return [name for name in ARCH_FIELDS if not OmegaConf.is_missing(probe, name)
+            and not (name in NULL_MEANS_HF_DEFAULT and probe[name] is None)]
+
+
+def _apply_checkpoint_arch(cfg: DictConfig, config: LauncherConfig, overrides: list[str]) -> LauncherConfig:
+    """The checkpoint's architecture into cfg.model.arch and config.model.arch, the declared values aside.
+
+    A config.json that cannot be read changes nothing here: MODEL003 reports it."""
+    values = arch_values(config.model.hf_path)
+    if values is None:
+        return config
+    declared = {name: getattr(config.model.arch, name) for name in _declared_arch_fields(overrides)}
+    for name, value in values.items():
+        cfg.model.arch[name] = value
+    config.model.arch = OmegaConf.to_object(cfg.model.arch)
+    config.model.declared_arch = declared  # a plain dict: the config is pickled to Ray workers
+    return config

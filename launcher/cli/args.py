@@ -5,7 +5,7 @@ Hydra's override grammar is kept for everything that is not a flag, so
 """
 from dataclasses import dataclass, field
 
-COMMANDS = ("run", "plan", "validate", "mesh")
+COMMANDS = ("run", "plan", "validate", "mesh", "export")
 FORMATS = ("text", "json")
 
 
@@ -23,6 +23,7 @@ class Args:
     format: str = "text"
     all: bool = False
     keep: list[str] = field(default_factory=list)
+    adapter: bool = False
 
 
 def _take_value(argv: list[str], i: int, flag: str) -> tuple[str, int]:
@@ -55,6 +56,8 @@ def parse_args(argv: list[str]) -> Args:
                 raise UsageError(f"--format takes one of {', '.join(FORMATS)}, got `{args.format}`")
         elif name == "--all":
             args.all, i = True, i + 1
+        elif name == "--adapter":
+            args.adapter, i = True, i + 1
         elif name == "--keep":
             value, i = _take_value(argv, i, "--keep")
             args.keep.extend(v for v in value.split(",") if v)

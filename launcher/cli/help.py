@@ -10,9 +10,11 @@ GLM-5.3-Flash RL launcher: validate -> plan -> Ray -> train.
   python -m launcher validate [overrides] [--all] [--format text|json]
   python -m launcher mesh [overrides] [--format text|json]   legal meshes, ranked
   python -m launcher -m plan trainer.mesh.tp=2,4  sweep (every point validated first)
+  python -m launcher export CHECKPOINT_DIR OUT_DIR [--adapter]   HF folder (LoRA merged) or PEFT adapter
 
 Flags: -m/--multirun, --cfg job|all (print the composed config and exit),
        --keep sequences_per_step (plan: re-plan the batch for this cluster),
+       --adapter (export: the LoRA adapter as a PEFT folder instead of the merged model),
        --help keys (every config key with its meaning)
 Overrides use Hydra's grammar: recipe=NAME cluster=NAME model=NAME section.key=value
 """

@@ -4,8 +4,10 @@ Every rule reads model facts from `arch` (has mHC = hc_mult > 1, has KDA = a
 `linear_attention` layer, ...), never from `name`, so one rule covers every model
 with the feature. Field names and defaults are the HF `glm5_next` text config's.
 """
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional
+from types import MappingProxyType
+from typing import Any, ClassVar, Optional
 
 from launcher.schema._choices import DType
 
@@ -94,10 +96,18 @@ class ModelConfig:
     name: str = "tiny"
     """Descriptor name (model/descriptors/*.yaml it came from); informational."""
     hf_path: Optional[str] = None
-    """Local HF checkpoint folder (config + safetensors); null = random init from `arch`."""
+    """Local HF checkpoint folder (config.json + safetensors); null = random init from `arch`. When set,
+    its config.json is the architecture: composition copies it into `arch`, and an `arch` value that
+    disagrees with it is an error (MODEL006)."""
     arch: ArchConfig = field(default_factory=ArchConfig)
-    """Architecture fields (HF config names); every model fact a rule needs comes from here."""
+    """Architecture fields (HF config names); every model fact a rule needs comes from here. With
+    hf_path set they are the checkpoint's, and a descriptor may leave `arch` out."""
     language_model_only: bool = True
     """Train only the language model; the vision tower is never trained (must stay true)."""
     dtype: DType = DType.bfloat16
     """Parameter dtype of trainer weights and engines; float32 only for CPU tests."""
+
+    # Not a config key (a ClassVar: neither Hydra nor --help sees it); compose sets it per instance.
+    declared_arch: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    """With hf_path set: the `arch` fields the descriptor, recipe and command line set, with their
+    values from before the checkpoint's config.json replaced them (what MODEL006 compares)."""

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import torch
 
-from model.megatron.mapping import CONV, EXPERTS, ONE, name_table, part_names, split
+from model.megatron.mapping import split
 from model.megatron.reader import FLOAT_DTYPES, CheckpointFormatError, SafetensorsFolder, TensorDict
 from model.megatron.shards import gather_full, shard_index, whole_shape
+from model.names import CONV, EXPERTS, ONE, name_table, part_names
 
 
 def base_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:

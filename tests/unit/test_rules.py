@@ -10,12 +10,34 @@ Rows marked `bug=` are launcher defects found while writing these tests: strict 
 suite goes red (XPASS) the moment one is fixed and the marker must be removed. Rows for an id that
 is not registered are skipped with that reason (so a renamed rule shows up in `-ra`).
 """
+import atexit
+import json
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 
 from launcher.validate import RULES
+
+
+def _tiny_checkpoint_json() -> str:
+    """A folder as MODEL003/MODEL006 read it: the tiny descriptor's config.json, an index and its
+    (empty) shard; JSON only, so this table needs neither torch nor transformers."""
+    folder = Path(tempfile.mkdtemp(prefix="test_rules_ckpt_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    arch = yaml.safe_load((Path(__file__).parents[2] / "model/descriptors/tiny.yaml").read_text())["arch"]
+    text = {k: v for k, v in arch.items() if k != "model_type"}
+    (folder / "config.json").write_text(json.dumps({"model_type": "glm5_next", "text_config": text}))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "model-1.safetensors"}}))
+    (folder / "model-1.safetensors").write_bytes(b"")
+    return str(folder)
+
+
+TINY_CHECKPOINT = _tiny_checkpoint_json()
 
 BASES: dict[str, tuple[str, ...]] = {
     "dapo_sync": ("recipe=dapo_sync",),
@@ -32,6 +54,8 @@ BASES: dict[str, tuple[str, ...]] = {
     # a 22 GiB card (DOMAIN 5.13) running the tiny model at the default utilisation 0.7
     "tiny_qwen3_vllm": ("recipe=tiny_qwen3_vllm",),
     "small_card": ("recipe=tiny_grpo", "cluster=h200x1", "cluster.gpu.memory_gib=22", "inference.engines=1"),
+    # the tiny model loaded from a checkpoint folder whose config.json is the tiny descriptor's
+    "tiny_checkpoint": ("recipe=tiny_grpo", f"model.hf_path={TINY_CHECKPOINT}"),
 }
 
 Value = str | Callable[[object], str]
@@ -170,6 +194,8 @@ CASES = [
       "qk_rope_head_dim=64"),
     C("MODEL003", "dapo_sync", ["model.hf_path=/nonexistent/glm5"], E, "model.hf_path", "/nonexistent/glm5",
       "config.json"),
+    C("MODEL006", "tiny_checkpoint", ["model.arch.hidden_size=128"], E, "model.arch.hidden_size",
+      "hidden_size: descriptor 128 vs checkpoint 64", f"{TINY_CHECKPOINT}/config.json"),
     C("MODEL004", "dapo_sync", ["model.arch.layer_types=[linear_attention]"], E, "model.arch.layer_types",
       "1 entries", "45 layers"),
     C("MODEL004", "dapo_sync", ["model.arch.mlp_layer_types=[dense,moe]"], E, "model.arch.mlp_layer_types",
@@ -293,9 +319,10 @@ def test_nccl_timeout_below_recommendation_warns(point):
     assert str(t.recommended_nccl_timeout_s) in finding.fix
 
 
-def test_hf_path_with_config_json_passes(point, tmp_path):
-    (tmp_path / "config.json").write_text("{}")
-    assert point("recipe=dapo_sync", f"model.hf_path={tmp_path}").of("MODEL003") == []
+def test_complete_hf_checkpoint_passes(point):
+    """config.json of a model type the trainer builds, an index and every shard it names."""
+    assert point(*BASES["tiny_checkpoint"]).of("MODEL003") == []
+    assert point(*BASES["tiny_checkpoint"], "trainer.backend=megatron").of("MODEL003") == []
 
 
 def test_batch_fix_suggests_working_samples_per_prompt(point):

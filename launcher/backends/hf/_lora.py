@@ -10,15 +10,11 @@ from collections.abc import Iterator
 
 import torch
 
-MEGATRON_TO_HF = {
-    "linear_q_down_proj": ["q_a_proj"],
-    "linear_q_up_proj": ["q_b_proj"],
-    "linear_kv_down_proj": ["kv_a_proj_with_mqa"],
-    "linear_kv_up_proj": ["kv_b_proj"],
-    "linear_proj": ["o_proj"],
-    "linear_fc1": ["gate_proj", "up_proj"],
-    "linear_fc2": ["down_proj"],
-}
+from model.names import ATTENTION_MODULES, MLP_PROJECTIONS
+
+MEGATRON_TO_HF = {**{m: [h] for m, h in ATTENTION_MODULES.items()}, **{m: list(p) for m, p in MLP_PROJECTIONS.items()}}
+"""Megatron target -> the module names it is in the checkpoint; transformers' in-memory
+module paths end the same way (`forget_gate.f_a_proj` ends in `.f_a_proj`)."""
 ADAPTER_NAME = "default"
 
 

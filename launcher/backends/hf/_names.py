@@ -95,3 +95,18 @@ def model_state(model, checkpoint_tensors: dict[str, torch.Tensor]) -> dict[str,
     if assembler.unfinished():
         raise ValueError(f"checkpoint tensors missing: {assembler.unfinished()[:5]}")
     return out
+
+
+def checkpoint_adapter_items(model, items: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """peft adapter tensors under the checkpoint's module names (`...forget_gate.f_a_proj.lora_A`
+    -> `...self_attn.f_a_proj.lora_A`), which peft and vLLM load; the module's own weight name
+    goes through transformers' rules to find it."""
+    for name, tensor in items:
+        module, lora_part = name.split(".lora_", 1)
+        prefix = "base_model.model." if module.startswith("base_model.model.") else ""
+        weight = module.removeprefix(prefix) + ".weight"
+        renamed = [k for k, _ in checkpoint_items(model, [(weight, torch.empty(1, 1, device="meta"))])]
+        if len(renamed) != 1:
+            raise ValueError(f"adapter on {module}: its weight is {len(renamed)} checkpoint tensors, so the "
+                             "adapter has no checkpoint name")
+        yield f"{prefix}{renamed[0].removesuffix('.weight')}.lora_{lora_part}", tensor

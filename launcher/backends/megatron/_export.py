@@ -1,10 +1,11 @@
-"""What the megatron trainer ships to the engines: HF-named weights (LoRA merged), or a
-peft-format adapter with the hf backend's LoraConfig.
+"""What the megatron trainer ships to the engines: checkpoint-named weights (LoRA merged),
+or a peft-format adapter with the hf backend's LoraConfig, under the checkpoint's module
+names (peft and vLLM both take those; peft maps them onto transformers' in-memory modules).
 
 Weights leave one Megatron tensor at a time (model.megatron.weights.hf_stream), so a
 weight sync never gathers the whole model at once.
 
-Adapters map Megatron module names to HF ones; a fused gate|up adapter (linear_fc1) becomes
+Adapters map Megatron module names to checkpoint ones (model/names.py); a fused gate|up adapter (linear_fc1) becomes
 two peft adapters sharing A, and per-expert adapters become experts.{e}.{gate,up,down}_proj.
 Every adapter is rescaled and zero-padded to the config's rank so one peft scale
 (alpha / rank) reproduces each module's own delta exactly (expert ranks may be smaller
@@ -12,13 +13,9 @@ with normalize_moe_lora).
 """
 import torch
 
-from model.megatron.mapping import LM
 from model.megatron.shards import gather_full
+from model.names import ATTENTION_MODULES, LM, MLP_PROJECTIONS
 
-HF_MODULE = {
-    "linear_q_down_proj": "q_a_proj", "linear_q_up_proj": "q_b_proj", "linear_kv_down_proj": "kv_a_proj_with_mqa",
-    "linear_kv_up_proj": "kv_b_proj", "linear_proj": "o_proj", "f_a_proj": "forget_gate.f_a_proj",
-}
 PEFT_PREFIX = "base_model.model."
 
 
@@ -31,14 +28,14 @@ def _pair(a: torch.Tensor, b: torch.Tensor, module_scale: float, rank: int, alph
 
 
 def _hf_names(mname: str) -> list[str]:
-    """HF module paths (under the language model) of a Megatron module path."""
+    """Checkpoint module paths of a Megatron module path (several for a fused gate|up)."""
     layer, rest = mname.removeprefix("layers.").split(".", 1)
     base = f"{LM}layers.{layer}."
     owner, leaf = rest.rsplit(".", 1)
     if owner == "self_attention":
-        return [f"{base}self_attn.{HF_MODULE.get(leaf, leaf)}"]
+        return [f"{base}self_attn.{ATTENTION_MODULES[leaf]}"]
     mlp = base + owner.replace("shared_experts", "mlp.shared_experts").replace("mlp.mlp", "mlp")
-    return [f"{mlp}.gate_proj", f"{mlp}.up_proj"] if leaf == "linear_fc1" else [f"{mlp}.down_proj"]
+    return [f"{mlp}.{proj}" for proj in MLP_PROJECTIONS[leaf]]
 
 
 def adapter_tensors(model: torch.nn.Module, rank: int, alpha: float) -> dict[str, torch.Tensor]:
@@ -63,7 +60,7 @@ def _expert_adapters(mname, a, b, scale, rank, alpha, experts) -> dict[str, torc
     if a.dim() == 2:
         a, b = a.expand(experts, *a.shape), b.expand(experts, *b.shape)
     layer = mname.split(".")[1]
-    projs = ["gate_proj", "up_proj"] if mname.endswith("linear_fc1") else ["down_proj"]
+    projs = MLP_PROJECTIONS[mname.rsplit(".", 1)[-1]]
     out = {}
     for e in range(experts):
         a_e, b_e = _pair(a[e], b[e], scale, rank, alpha)

@@ -1,6 +1,15 @@
-"""Model-level rules: trainable parts, HF constraints, checkpoint path."""
+"""Model-level rules: trainable parts, HF constraints, the checkpoint folder and its config."""
 from pathlib import Path
 
+from launcher.checkpoint_config import (
+    CONFIG_FILE,
+    INDEX_FILE,
+    CheckpointFileError,
+    field_type,
+    read_arch,
+    trainer_builds,
+    weight_problems,
+)
 from launcher.plan._arch import DSA, KDA
 from launcher.validate.registry import error, rule
 
@@ -25,13 +34,49 @@ def nope_mla(cfg, plan):
 
 
 @rule("MODEL003")
-def hf_path_exists(cfg, plan):
-    """model.hf_path points at a folder with config.json."""
+def hf_checkpoint_loads(cfg, plan):
+    """model.hf_path is a checkpoint the trainer can load: config.json, a model type it builds, every weight file."""
     path = cfg.model.hf_path
-    if path is not None and not (Path(path) / "config.json").is_file():
-        yield error("MODEL003", "model.hf_path", f"model.hf_path={path} has no config.json",
-                    "The trainer loads the architecture and weights from that folder.",
-                    "Point model.hf_path at a local HF checkpoint folder, or null for random init.")
+    if path is None:
+        return
+    if not Path(path).is_dir():
+        yield _ckpt_error(f"model.hf_path={path} does not exist (no folder, so no {CONFIG_FILE})")
+        return
+    yield from _config_problems(path, cfg.trainer.backend.value)
+    for file, problem in weight_problems(path):
+        yield _ckpt_error(f"{file} {problem}", "The trainer reads its weight slices from the shards the index names.",
+                          f"Point model.hf_path at a complete checkpoint (save_pretrained writes {INDEX_FILE} and "
+                          "every shard), or copy the missing files into it.")
+
+
+def _ckpt_error(message: str, why: str = "The trainer loads the architecture and weights from that folder.",
+                fix: str = "Point model.hf_path at a local HF checkpoint folder, or null for random init."):
+    return error("MODEL003", "model.hf_path", message, why, fix)
+
+
+def _config_problems(path: str, backend: str):
+    try:
+        ckpt = read_arch(path)
+    except CheckpointFileError as err:
+        yield _ckpt_error(f"{err.path} {err.problem}", "With model.hf_path set, the checkpoint's config.json is the "
+                          "architecture: nothing can be planned or built without it.",
+                          f"Restore {err.path.name} (save_pretrained writes it), or set model.hf_path=null for "
+                          "random init from model.arch.")
+        return
+    if not trainer_builds(backend, ckpt.model_type):
+        if backend == "megatron":
+            builds, fix = ("only glm5_next (the project's Megatron GLM-5.3-Flash in model/megatron)",
+                           "Use a glm5_next checkpoint, or trainer.backend=hf for another transformers causal LM.")
+        else:
+            builds, fix = ("glm5_next or a model type transformers knows (AutoModelForCausalLM)",
+                           "Use a checkpoint whose config.json names a transformers model_type (e.g. qwen3).")
+        yield _ckpt_error(f"{ckpt.config_file} has model_type={ckpt.model_type!r}, which trainer.backend={backend} "
+                          "cannot build", f"The {backend} trainer builds {builds}.", fix)
+    for name, value in ckpt.wrong_type.items():
+        where = f"{ckpt.section}.{name}" if ckpt.section else name
+        yield _ckpt_error(f"{ckpt.config_file} has {where}={value!r}, not {field_type(name)}",
+                          f"model.arch.{name} is taken from config.json and must have the schema's type.",
+                          f"Fix {where} in {ckpt.config_file}.")
 
 
 @rule("MODEL004")
@@ -71,3 +116,30 @@ def shared_indexer_follows_full(cfg, plan):
                         "layer must be indexed_attention with a 'full' indexer.",
                         f"Set model.arch.indexer_types[{i}]=full, or make layer {i - 1} an indexed_attention "
                         "layer with indexer 'full'.")
+
+
+@rule("MODEL006")
+def arch_matches_checkpoint(cfg, plan):
+    """With model.hf_path set, a model.arch value the descriptor, recipe or command line sets agrees with config.json."""
+    m = cfg.model
+    if m.hf_path is None or not m.declared_arch:
+        return
+    differ = {name: (value, getattr(m.arch, name)) for name, value in m.declared_arch.items()
+              if value != getattr(m.arch, name)}
+    if not differ:
+        return
+    try:
+        ckpt = read_arch(m.hf_path)
+    except CheckpointFileError:
+        return  # MODEL003 names the file; nothing was taken from it
+    implied = {name: f" (config.json has no {name}: {ckpt.model_type} has none)" for name in ckpt.implied}
+    listed = "; ".join(f"{name}: descriptor {mine!r} vs checkpoint {theirs!r}{implied.get(name, '')}"
+                       for name, (mine, theirs) in differ.items())
+    names = ", ".join(differ)
+    yield error("MODEL006", f"model.arch.{next(iter(differ))}" if len(differ) == 1 else "model.arch",
+                f"model.arch disagrees with {ckpt.config_file} in {len(differ)} field(s): {listed}",
+                "With model.hf_path set, the checkpoint's config.json is the architecture: the trainer and the "
+                "engines build its shapes, so the plan and every rule use its values; a different model.arch "
+                "value would describe a model that is not the one trained.",
+                f"Remove {names} from model.arch (descriptor model.name={m.name}, the recipe or the command line) "
+                "or use a descriptor without arch; the checkpoint's config is the architecture.")

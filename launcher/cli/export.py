@@ -1,0 +1,25 @@
+"""`export CHECKPOINT_DIR OUT_DIR [--adapter] [overrides]`: paths first, then Hydra overrides."""
+import sys
+import traceback
+
+from launcher.cli.args import UsageError
+
+EXIT_FAILED = 3
+
+
+def cmd_export(tokens: list[str], adapter: bool) -> int:
+    from launcher.export.run import ExportError, export
+
+    paths = [t for t in tokens if "=" not in t]
+    if len(paths) != 2 or tokens[:2] != paths:
+        raise UsageError("export takes CHECKPOINT_DIR OUT_DIR, then overrides: "
+                         "python -m launcher export runs/NAME/checkpoints/step_000100 out/NAME [--adapter]")
+    try:
+        return export(paths[0], paths[1], adapter, tokens[2:])
+    except ExportError as err:
+        sys.stderr.write(f"export: {err}\n")
+        return 2
+    except Exception:  # noqa: BLE001 - a backend failure: its traceback, after Ray and the partial folder are gone
+        traceback.print_exc()
+        sys.stderr.write("export failed (traceback above); nothing was written\n")
+        return EXIT_FAILED

@@ -1,0 +1,1 @@
+"""Training checkpoint -> an HF folder for serving (`python -m launcher export`)."""
