@@ -83,6 +83,7 @@ def _slots(infos: list[dict]) -> str:
 
 
 def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
+    from launcher.rl.checkpoint import restore
     from launcher.rl.loops import LOOPS
 
     config = composed.config
@@ -90,10 +91,11 @@ def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
     # end the driver without the teardown below.
     with ray_session(config, plan.env) as embedded, _sigterm_as_interrupt():
         trainers, engines = _start_groups(config, plan, run_dir, embedded)
+        if resume_from:  # run.resume=auto: a checkpoint the trainers cannot load gives way to the one before
+            resume_from = restore(trainers, ckpt, resume_from, fallback=config.run.resume == "auto")
         rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from)
         try:
             if resume_from:
-                trainers.call("load_checkpoint", str(resume_from / "trainer"))
                 sys.stdout.write(f"resumed from {resume_from} (step {rt.state.step})\n")
             rt.sync_weights(with_base=True, wait=True)
             LOOPS.get(plan.placement.mode)(rt)
@@ -112,7 +114,7 @@ def _already_complete(config, run_dir: Path, checkpoint: Path) -> str:
 
 
 def launch(composed, plan, run_dir) -> int:
-    from launcher.rl.checkpoint import Checkpointer, ResumeError, checkpoint_root, load_driver_state, resolve_resume
+    from launcher.rl.checkpoint import Checkpointer, CheckpointError, checkpoint_root, load_driver_state, resolve_resume
 
     config, run_dir = composed.config, Path(run_dir)
     ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,
@@ -127,7 +129,7 @@ def launch(composed, plan, run_dir) -> int:
         except KeyboardInterrupt:
             sys.stderr.write(f"interrupted; Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return EXIT_INTERRUPTED
-        except (ActorDiedError, ResumeError) as err:
+        except (ActorDiedError, CheckpointError) as err:  # CheckpointError: no space, a damaged checkpoint
             sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return EXIT_RUN_FAILED
         except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown

@@ -24,7 +24,6 @@ def plan_env(cfg: LauncherConfig, f: ArchFacts, driver_env: Mapping[str, str], l
     if arch in PRE_BLACKWELL and (mesh.tp > 1 or mesh.cp > 1) and cfg.trainer.backend.value == "megatron":
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
         log.add("env.CUDA_DEVICE_MAX_CONNECTIONS", 1, f"{arch} with tp {mesh.tp} / cp {mesh.cp}: Megatron requires it")
-    env["LAUNCHER_NCCL_TIMEOUT_S"] = str(cfg.trainer.nccl_timeout_s)
     env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     if cfg.inference.backend.value == "vllm":
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in the actor's process: weights reload in place

@@ -43,12 +43,28 @@ class StepLogger:
         self.wandb = self._init_wandb(logging_cfg.wandb, run_cfg.name, config_dict) if "wandb" in self.backends else None
 
     def _truncate_after(self, step: int) -> None:
-        """On resume, forget steps past the checkpoint: they are about to be redone."""
+        """On resume, forget steps past the checkpoint: they are about to be redone.
+
+        A line that does not parse (the last one, cut short when a run was killed while
+        writing it) is dropped with a message rather than failing every later resume. The
+        file is replaced whole, so a crash here cannot tear it either."""
         if not self.metrics_file.exists():
             return
-        lines = self.metrics_file.read_text().splitlines()
-        kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= step]
-        self.metrics_file.write_text("".join(ln + "\n" for ln in kept))
+        kept = []
+        for number, line in enumerate(self.metrics_file.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                keep = json.loads(line)["step"] <= step
+            except (ValueError, KeyError, TypeError):
+                sys.stderr.write(f"{self.metrics_file}: dropped line {number}, cut short or damaged "
+                                 f"(a run stopped while writing it?): {line[:80]!r}\n")
+                continue
+            if keep:
+                kept.append(line)
+        scratch = self.metrics_file.with_name(self.metrics_file.name + ".tmp")
+        scratch.write_text("".join(ln + "\n" for ln in kept))
+        os.replace(scratch, self.metrics_file)
 
     def _init_wandb(self, wandb_cfg, name: str, config_dict: dict):
         import wandb

@@ -311,11 +311,6 @@ def test_user_env_wins(point):
     assert (env["FLA_TILELANG"], env["CUDA_HOME"], env["MY_FLAG"]) == ("1", "/opt/cuda", "on")
 
 
-def test_env_carries_the_nccl_timeout(point):
-    env = point("recipe=dapo_sync", "trainer.nccl_timeout_s=7200").plan.env
-    assert any("NCCL" in k and "TIMEOUT" in k and v == "7200" for k, v in env.items())
-
-
 # --------------------------------------------------------------------------- plan as data
 
 REQUIRED_KEYS = ["params.total", "params.active", "mesh.dp", "mesh.edp", "mesh.experts_per_gpu",

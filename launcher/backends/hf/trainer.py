@@ -5,6 +5,7 @@ the whole mini-batch's normaliser (grpo.token_weights), so the sum is the exact
 single-process gradient whatever the split of sequences over ranks.
 """
 import copy
+import datetime
 import os
 import random
 from collections.abc import Iterator
@@ -19,10 +20,15 @@ from launcher.backends._stream import StreamedExport
 from launcher.backends.hf import _lora
 from launcher.backends.hf._compute import logits_of, target_logprobs
 from launcher.backends.hf._model import VISION_PREFIX, build_model, language_items, language_state
+from launcher.backends.hf._names import checkpoint_adapter_items, checkpoint_items
 from launcher.backends.protocols import TrainShard, WeightUpdate
 from launcher.backends.registry import TRAINERS
 from launcher.rl.algorithm import make_algorithm
+from launcher.rl.checkpoint import DamagedCheckpointError
 from launcher.rl.tokenizer import make_tokenizer
+
+MAX_REASON_CHARS = 120
+"""Of torch.load's own message, in a damaged file's error (the rest is advice on pickles)."""
 
 
 def _threads_from_env() -> None:
@@ -56,11 +62,13 @@ class HfTrainer(StreamedExport):
         return free_address()
 
     def init_distributed(self, master_addr: str, master_port: int) -> None:
+        """The data-parallel group; a collective waiting longer than trainer.nccl_timeout_s fails."""
         if self.world == 1:
             return
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
-                                rank=self.rank, world_size=self.world)
+                                rank=self.rank, world_size=self.world,
+                                timeout=datetime.timedelta(seconds=self.cfg.trainer.nccl_timeout_s))
         for param in self.model.parameters():
             dist.broadcast(param.data, src=0)
 
@@ -132,17 +140,23 @@ class HfTrainer(StreamedExport):
 
     def _weight_stream(self, with_base: bool) -> Iterator[tuple[str, str, torch.Tensor]]:
         """For the engines (StreamedExport): the model, the LoRA-merged model, or the
-        adapter (after its frozen base when `with_base`), one tensor at a time."""
+        adapter (after its frozen base when `with_base`), one tensor at a time, under the
+        checkpoint's names (what every engine loads)."""
         if self.lora is None:
-            yield from _tagged("weights", language_items(self.model))
-        elif self.cfg.trainer.lora.merge:
-            yield from _tagged("weights", _lora.merged_items(self.model, VISION_PREFIX))
-        else:
-            if with_base:
-                yield from _tagged("weights", _lora.merged_items(self.model, VISION_PREFIX, with_delta=False))
-            yield from _tagged("adapter", _lora.adapter_state(self.model).items())
+            yield from _tagged("weights", checkpoint_items(self.model, language_items(self.model)))
+            return
+        base = self.model.get_base_model()
+        if self.cfg.trainer.lora.merge:
+            yield from _tagged("weights", checkpoint_items(base, _lora.merged_items(self.model, VISION_PREFIX)))
+            return
+        if with_base:
+            merged = _lora.merged_items(self.model, VISION_PREFIX, with_delta=False)
+            yield from _tagged("weights", checkpoint_items(base, merged))
+        yield from _tagged("adapter", checkpoint_adapter_items(base, _lora.adapter_state(self.model).items()))
 
     def save_checkpoint(self, path: str) -> None:
+        """Rank 0: weights (or adapter) and optimizer; every rank: its RNG states. All of it
+        loads with torch.load(weights_only=True) (Python's RNG state is a tuple of ints)."""
         os.makedirs(path, exist_ok=True)
         if self.rank == 0:
             weights = _lora.adapter_state(self.model) if self.lora else language_state(self.model)
@@ -152,18 +166,20 @@ class HfTrainer(StreamedExport):
                    os.path.join(path, f"rng_rank{self.rank}.pt"))
 
     def load_checkpoint(self, path: str) -> None:
-        weights = torch.load(os.path.join(path, "model.pt"), map_location=self.device)
+        """Raises DamagedCheckpointError naming the file when one is missing, cut short or
+        not a checkpoint tensor file."""
+        weights = _read(os.path.join(path, "model.pt"), self.device)
         if self.lora:
             _lora.load_adapter(self.model, weights)
         else:
             missing = [k for k in self.model.load_state_dict(weights, strict=False).missing_keys
                        if not k.startswith(VISION_PREFIX)]
             if missing:
-                raise ValueError(f"checkpoint {path} lacks weights {missing[:5]}")
-        self.optimizer.load_state_dict(torch.load(os.path.join(path, "optimizer.pt"), map_location=self.device))
+                raise DamagedCheckpointError(f"{os.path.join(path, 'model.pt')} lacks weights {missing[:5]}")
+        self.optimizer.load_state_dict(_read(os.path.join(path, "optimizer.pt"), self.device))
         rng_file = os.path.join(path, f"rng_rank{self.rank}.pt")
-        if os.path.exists(rng_file):
-            rng = torch.load(rng_file, weights_only=False)
+        if os.path.exists(rng_file):  # absent when the run had fewer ranks
+            rng = _read(rng_file, torch.device("cpu"))
             torch.set_rng_state(rng["torch"])
             random.setstate(rng["python"])
 
@@ -192,3 +208,14 @@ def _tagged(kind: str, named) -> Iterator[tuple[str, str, torch.Tensor]]:
 
 def _to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu") for k, v in tensors.items()}
+
+
+def _read(file: str, device: torch.device):
+    """torch.load, whose errors (zip reader, unpickler, EOF) never name the file, naming it:
+    one line with the start of torch's first (a damaged file gets long, off-target advice)."""
+    try:
+        return torch.load(file, map_location=device, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any failure to read it makes the checkpoint unusable
+        lines = str(err).strip().splitlines()
+        detail = f": {lines[0][:MAX_REASON_CHARS]}" if lines else ""
+        raise DamagedCheckpointError(f"{file} is damaged or unreadable ({type(err).__name__}{detail})") from None
