@@ -128,3 +128,9 @@ def write_tiny_checkpoint(out_dir, descriptor: str = "tiny", *, shards: int = 5,
     _check_shards(out_dir, shards)
     _save_generation_config(out_dir, tokenizer)
     return out_dir
+
+
+if __name__ == "__main__":  # python -m model.tiny_checkpoint OUT_DIR [DESCRIPTOR]
+    import sys
+
+    print(write_tiny_checkpoint(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "tiny"))
