@@ -21,7 +21,7 @@ from launcher.backends._loss import micro_loss
 from launcher.backends._rendezvous import free_address
 from launcher.backends._stream import StreamedExport
 from launcher.backends.hf._lora import lora_kwargs
-from launcher.backends.megatron import _model
+from launcher.backends.megatron import _checkpoint, _model
 from launcher.backends.megatron._export import adapter_tensors
 from launcher.backends.megatron._pack import pack_shard
 from launcher.backends.megatron._state import DeviceMover, lora_disabled
@@ -54,11 +54,17 @@ class MegatronTrainer(StreamedExport):
         return free_address()
 
     def init_distributed(self, master_addr: str, master_port: int) -> None:
-        """Process group, Megatron's TP/EP groups, the model and its optimizer."""
+        """Process group, Megatron's TP/EP groups, the model and its optimizer.
+
+        Every group gets trainer.nccl_timeout_s: the world group here, Megatron's subgroups
+        from it (build.init_parallel takes the world group's timeout)."""
+        import datetime
+
         if not dist.is_initialized():
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
-                                    world_size=self.world)
+                                    world_size=self.world,
+                                    timeout=datetime.timedelta(seconds=self.cfg.trainer.nccl_timeout_s))
         self.model = _model.build_rank_model(self.cfg, self.device, self.pad_id)
         self.ref = None
         if self.algorithm.kl_coef > 0 and self.lora is None:
@@ -148,18 +154,28 @@ class MegatronTrainer(StreamedExport):
         adapter = adapter_tensors(self.model, lora.rank, lora.alpha)  # a few hundred MB at most: whole
         yield from (("adapter", name, t) for name, t in adapter.items())
 
-    def save_checkpoint(self, path: str) -> None:
-        """This rank's shards and optimizer state (one file per rank: any mesh reloads its own)."""
-        os.makedirs(path, exist_ok=True)
-        state = {"model": {k: v for k, v in self.model.state_dict().items()},
-                 "optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()}
-        torch.save(state, os.path.join(path, f"megatron_rank{self.rank}.pt"))
+    def save_checkpoint(self, path: str, async_write: bool = False) -> dict:
+        """This rank's part of a sharded, reshardable checkpoint (_checkpoint: weights or LoRA
+        adapters, optimizer states, RNG); every rank calls it. With `async_write` it returns
+        once the tensors are copied to host memory and a thread writes them: the checkpoint is
+        complete only after finalize_checkpoint() on every rank. Returns blocked_s (training
+        waited), write_s (None while an async write runs) and bytes this rank writes."""
+        self.finalize_checkpoint()
+        stats, self._pending_write = _checkpoint.save(path, self.model, self.optimizer, _checkpoint.identity(self.cfg),
+                                                      async_write)
+        return stats
+
+    def finalize_checkpoint(self) -> float:
+        """Wait for this rank's async checkpoint write (if any); seconds it took (0.0: none)."""
+        pending, self._pending_write = getattr(self, "_pending_write", None), None
+        return pending.wait() if pending is not None else 0.0
 
     def load_checkpoint(self, path: str) -> None:
-        state = torch.load(os.path.join(path, f"megatron_rank{self.rank}.pt"), map_location=self.device, weights_only=False)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"].cpu())
+        """Any mesh's checkpoint of this run into this rank (a collective). Raises
+        _checkpoint.CheckpointError (damaged or missing file, named) or CheckpointMismatchError
+        (another base model, LoRA settings or kind)."""
+        self.finalize_checkpoint()
+        _checkpoint.load(path, self.model, self.optimizer, _checkpoint.identity(self.cfg))
 
     def offload(self) -> None:
         """Colocation: weights and grad buffers to host memory (optimizer states stay; see _state)."""
