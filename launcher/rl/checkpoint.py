@@ -13,10 +13,12 @@ short file, or an unreadable driver.json, makes a checkpoint damaged; so does a 
 rank's load_checkpoint raising. run.resume=auto then takes the checkpoint before it and
 says which one it skipped and why; an explicit run.resume=PATH fails naming the file.
 """
+import contextlib
 import errno
 import json
 import shutil
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -52,6 +54,12 @@ class DamagedCheckpointError(CheckpointError):
     """A file of a checkpoint is missing, cut short or unreadable; the message names it."""
 
 
+class CheckpointMismatchError(ValueError):
+    """A trainer's checkpoint is sound but belongs to another run (other base model, LoRA
+    settings, kind or architecture): falling back to an older checkpoint of the same run
+    cannot help, so restore() never does. Raised by the trainer backends."""
+
+
 class ResumeError(CheckpointError):
     """run.resume cannot be honoured (no such checkpoint, or checkpoints where none may be)."""
 
@@ -77,6 +85,10 @@ def _file_sizes(folder: Path) -> dict[str, int]:
 class Checkpointer:
     def __init__(self, root: Path, every_steps: int, keep: int, total_steps: int):
         self.root, self.every, self.keep, self.total = Path(root), every_steps, max(keep, 1), total_steps
+        self.pending: tuple[Path, Path] | None = None
+        """(.partial folder, final folder) of a checkpoint whose trainer writes may still run."""
+        self.last: Path | None = None
+        """The newest checkpoint this run completed."""
         self._remove_unfinished()
 
     def _remove_unfinished(self) -> None:
@@ -111,31 +123,59 @@ class Checkpointer:
             _warn(f"skipping {path}: {problem}")
         return None
 
-    def save(self, trainers, state: DriverState) -> Path:
+    def save(self, trainers, state: DriverState, async_write: bool = False) -> dict:
+        """Write the checkpoint of `state.step`. With `async_write` the trainers only copy
+        their tensors to host memory and write in the background: the checkpoint stays a
+        `.partial` (never `latest`) until finish() has every rank's write done. Returns
+        {"checkpoint_blocked_s": seconds training waited}."""
+        self.finish(trainers)
         final = self.root / f"{PREFIX}{state.step:06d}"
         partial = self.root / f".{final.name}.partial"
         self.root.mkdir(parents=True, exist_ok=True)
         self._check_space(final.name)
         shutil.rmtree(partial, ignore_errors=True)
-        try:
+        started = time.monotonic()
+        with self._removing_on_failure(partial, final.name):
             partial.mkdir()
-            trainers.call("save_checkpoint", str(partial / "trainer"))
+            trainers.call("save_checkpoint", str(partial / "trainer"), async_write)
             (partial / DRIVER_FILE).write_text(json.dumps(asdict(state)))
+        self.pending = (partial, final)
+        stats = {"checkpoint_blocked_s": time.monotonic() - started}
+        if not async_write:
+            stats.update(self.finish(trainers))
+        return stats
+
+    def finish(self, trainers) -> dict:
+        """Complete the pending checkpoint, if any: wait for the trainers' writes, then list
+        its files, mark it COMPLETE, rename it into place and drop the oldest. Returns
+        {"checkpoint_write_s": the slowest rank's write seconds} ({} when none was pending)."""
+        if self.pending is None:
+            return {}
+        (partial, final), self.pending = self.pending, None
+        with self._removing_on_failure(partial, final.name):
+            write_s = max(trainers.call("finalize_checkpoint"))
             (partial / FILES).write_text(json.dumps(_file_sizes(partial)))
             (partial / DONE_MARK).write_text("")
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)
+        self.last = final
+        for old in self.complete()[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return {"checkpoint_write_s": write_s}
+
+    @contextlib.contextmanager
+    def _removing_on_failure(self, partial: Path, name: str):
+        """Any failure removes the unfinished folder; a full disk is said so."""
+        try:
+            yield
         except BaseException as err:
             full = isinstance(err, Exception) and _disk_full(err, self.root)
             shutil.rmtree(partial, ignore_errors=True)
             if full:
-                raise CheckpointError(f"no space left on {self.root} while writing {final.name} ({_reason(err)}); "
+                raise CheckpointError(f"no space left on {self.root} while writing {name} ({_reason(err)}); "
                                       f"removed its unfinished {partial.name}. Free space there, lower "
                                       f"checkpoint.keep (now {self.keep}) or set checkpoint.dir to a larger disk") from err
             raise
-        shutil.rmtree(final, ignore_errors=True)
-        partial.rename(final)
-        for old in self.complete()[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
 
     def _check_space(self, name: str) -> None:
         """Room for one more checkpoint as large as the newest, before writing any of it."""
@@ -248,12 +288,16 @@ def restore(trainers, ckpt: Checkpointer, first: Path, fallback: bool) -> Path:
     path = Path(first)
     while True:
         try:
-            trainers.call("load_checkpoint", str(path / "trainer"))
+            notes = {n for n in trainers.call("load_checkpoint", str(path / "trainer")) if n}
+            for note in sorted(notes):  # e.g. the mesh changed: what was resharded
+                _warn(f"{path.name}: {note}")
             return path
         except ActorDiedError:
             raise
         except Exception as err:  # noqa: BLE001 - whatever a backend's load raises makes the checkpoint unusable
             reason = _reason(err)
+            if isinstance(getattr(err, "cause", None) or err, CheckpointMismatchError):
+                raise ResumeError(f"checkpoint {path} belongs to another run: {reason}") from err
             if not fallback:
                 raise ResumeError(f"checkpoint {path} could not be loaded: {reason}") from err
             _warn(f"skipping {path}: a trainer rank could not load it ({reason})")

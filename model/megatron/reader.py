@@ -41,7 +41,8 @@ def _read_runs(get, runs_per_dim: list[list[slice]], chosen: tuple = ()) -> torc
     dim = len(chosen)
     if dim == len(runs_per_dim):
         return get(chosen)
-    return torch.cat([_read_runs(get, runs_per_dim, chosen + (run,)) for run in runs_per_dim[dim]], dim=dim)
+    blocks = [_read_runs(get, runs_per_dim, chosen + (run,)) for run in runs_per_dim[dim]]
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=dim)  # a cat of one would copy it
 
 
 class TensorDict:

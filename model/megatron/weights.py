@@ -57,9 +57,10 @@ def _check_row(source, mname: str, kind: str, names: tuple[str, ...], want: tupl
                                     f"{' ...' if len(parts) > 4 else ''}; is the checkpoint for another architecture?")
 
 
-def _read_rows(source, kind: str, names: list[str], index: list[list[int]]) -> torch.Tensor:
-    """The selected rows (index[0]) of the row concatenation of `names`, reading only those."""
-    out, offset = [], 0
+def _copy_rows(out: torch.Tensor, source, kind: str, names: list[str], index: list[list[int]]) -> None:
+    """Copy the selected rows (index[0]) of the row concatenation of `names` into `out`,
+    reading only those rows, each piece straight into its place (no cat: one copy per byte)."""
+    offset, filled = 0, 0
     for name in names:
         shape = _part_shape(source, kind, name)
         rows = [i - offset for i in index[0] if offset <= i < offset + shape[0]]
@@ -67,19 +68,23 @@ def _read_rows(source, kind: str, names: list[str], index: list[list[int]]) -> t
         if not rows:
             continue
         if kind == CONV:
-            out.append(source.read(name, [rows, [0], *index[1:]]).squeeze(1))
+            piece = source.read(name, [rows, [0], *index[1:]]).squeeze(1)
         else:
-            out.append(source.read(name, [rows, *index[1:]]))
-    return torch.cat(out) if len(out) > 1 else out[0]
+            piece = source.read(name, [rows, *index[1:]])
+        out[filled:filled + len(rows)].copy_(piece)
+        filled += len(rows)
 
 
-def read_shard(source, kind: str, names: tuple[str, ...], index: list[list[int]]) -> torch.Tensor:
-    """This rank's slice of one Megatron tensor, read from its checkpoint tensors."""
+def copy_shard(param: torch.Tensor, source, kind: str, names: tuple[str, ...], index: list[list[int]]) -> None:
+    """Fill this rank's slice of one Megatron tensor from its checkpoint tensors, in place:
+    host memory holds one piece at a time beyond the parameter itself."""
     if kind == ONE:
-        return source.read(names[0], index)
-    if kind == EXPERTS:
-        return torch.stack([_read_rows(source, kind, [n.format(e=e) for n in names], index[1:]) for e in index[0]])
-    return _read_rows(source, kind, list(names), index)
+        param.copy_(source.read(names[0], index))
+    elif kind == EXPERTS:
+        for local, expert in enumerate(index[0]):
+            _copy_rows(param[local], source, kind, [n.format(e=expert) for n in names], index[1:])
+    else:
+        _copy_rows(param, source, kind, list(names), index)
 
 
 def load_weights(model: torch.nn.Module, source) -> None:
@@ -95,7 +100,7 @@ def load_weights(model: torch.nn.Module, source) -> None:
             param = tensors[mname]
             _check_row(source, mname, kind, names, whole_shape(param), experts)
             with torch.no_grad():
-                param.copy_(read_shard(source, kind, names, shard_index(param)).to(param.dtype))
+                copy_shard(param, source, kind, names, shard_index(param))
     finally:
         source.close()
 

@@ -154,9 +154,10 @@ class HfTrainer(StreamedExport):
             yield from _tagged("weights", checkpoint_items(base, merged))
         yield from _tagged("adapter", checkpoint_adapter_items(base, _lora.adapter_state(self.model).items()))
 
-    def save_checkpoint(self, path: str) -> None:
+    def save_checkpoint(self, path: str, async_write: bool = False) -> None:
         """Rank 0: weights (or adapter) and optimizer; every rank: its RNG states. All of it
-        loads with torch.load(weights_only=True) (Python's RNG state is a tuple of ints)."""
+        loads with torch.load(weights_only=True) (Python's RNG state is a tuple of ints).
+        Written at once whatever `async_write` says: the hf backend's models are small."""
         os.makedirs(path, exist_ok=True)
         if self.rank == 0:
             weights = _lora.adapter_state(self.model) if self.lora else language_state(self.model)
@@ -164,6 +165,10 @@ class HfTrainer(StreamedExport):
             torch.save(self.optimizer.state_dict(), os.path.join(path, "optimizer.pt"))
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()},
                    os.path.join(path, f"rng_rank{self.rank}.pt"))
+
+    def finalize_checkpoint(self) -> float:
+        """Nothing runs in the background here (save_checkpoint writes at once)."""
+        return 0.0
 
     def load_checkpoint(self, path: str) -> None:
         """Raises DamagedCheckpointError naming the file when one is missing, cut short or

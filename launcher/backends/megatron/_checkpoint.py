@@ -67,6 +67,7 @@ from megatron.core.dist_checkpointing.strategies.checkpointable import (
 )
 from torch.distributed.checkpoint import DefaultLoadPlanner, DefaultSavePlanner, FileSystemReader, FileSystemWriter
 
+from launcher.rl.checkpoint import CheckpointMismatchError
 from model.megatron.shards import shard_splits
 
 FORMAT = "glm-megatron-dcp/1"
@@ -79,11 +80,6 @@ CRC_BLOCK = 16 << 20
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, cut short, damaged or unreadable; the message names the file.
     The driver may fall back to the checkpoint before it."""
-
-
-class CheckpointMismatchError(ValueError):
-    """The checkpoint is sound but belongs to another run (other base model, LoRA settings,
-    kind or architecture); falling back to an older checkpoint of the same run cannot help."""
 
 
 # ---------------------------------------------------------------- what a checkpoint is of

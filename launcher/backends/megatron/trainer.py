@@ -170,12 +170,20 @@ class MegatronTrainer(StreamedExport):
         pending, self._pending_write = getattr(self, "_pending_write", None), None
         return pending.wait() if pending is not None else 0.0
 
-    def load_checkpoint(self, path: str) -> None:
+    def load_checkpoint(self, path: str) -> str | None:
         """Any mesh's checkpoint of this run into this rank (a collective). Raises
         _checkpoint.CheckpointError (damaged or missing file, named) or CheckpointMismatchError
-        (another base model, LoRA settings or kind)."""
+        (another base model, LoRA settings or kind). Returns what changed when the
+        checkpoint was written on another mesh (None when it was this one)."""
         self.finalize_checkpoint()
-        _checkpoint.load(path, self.model, self.optimizer, _checkpoint.identity(self.cfg))
+        saved = _checkpoint.load(path, self.model, self.optimizer, _checkpoint.identity(self.cfg))
+        tp, ep, etp = _model.resolved_mesh(self.cfg.trainer.mesh)
+        mesh = {"tp": tp, "ep": ep, "etp": etp, "dp": self.dp}
+        if saved["mesh"] == mesh:
+            return None
+        old = " ".join(f"{k}{saved['mesh'].get(k)}" for k in mesh)
+        return f"resharded: checkpoint written on {old} ({saved['world']} ranks), loaded on " + \
+            " ".join(f"{k}{v}" for k, v in mesh.items()) + f" ({self.world} ranks)"
 
     def offload(self) -> None:
         """Colocation: weights and grad buffers to host memory (optimizer states stay; see _state)."""
