@@ -1,4 +1,4 @@
-"""Entry point: `python -m launcher [run|plan|validate|mesh|export] [flags] [overrides]`.
+"""Entry point: `python -m launcher [run|plan|validate|mesh|export|eval] [flags] [overrides]`.
 
 Composition, validation and planning never import torch, ray, vllm or megatron, so
 `plan`/`validate` answer in well under a second; only `run` loads the RL stack.
@@ -28,6 +28,10 @@ def _dispatch(args: Args) -> int:
         from launcher.cli.export import cmd_export
 
         return cmd_export(args.overrides, args.adapter)
+    if args.command == "eval":
+        from launcher.cli.eval import cmd_eval
+
+        return cmd_eval(args.overrides, args.format)
     if args.command == "mesh":
         from launcher.cli.mesh import cmd_mesh
 

@@ -11,6 +11,7 @@ GLM-5.3-Flash RL launcher: validate -> plan -> Ray -> train.
   python -m launcher mesh [overrides] [--format text|json]   legal meshes, ranked
   python -m launcher -m plan trainer.mesh.tp=2,4  sweep (every point validated first)
   python -m launcher export CHECKPOINT_DIR OUT_DIR [--adapter]   HF folder (LoRA merged) or PEFT adapter
+  python -m launcher eval CHECKPOINT_DIR [overrides] [--format json]   held-out greedy / mean@k scores
 
 Flags: -m/--multirun, --cfg job|all (print the composed config and exit),
        --keep sequences_per_step (plan: re-plan the batch for this cluster),

@@ -31,7 +31,7 @@ def run_overrides(checkpoint: Path) -> list[str]:
         if (folder / RUN_FILES).is_file():
             return list(yaml.safe_load((folder / RUN_FILES).read_text())["overrides"])
     raise ExportError(f"{checkpoint}: no {RUN_FILES} in it or the 3 folders above it (the run directory "
-                      "`python -m launcher` wrote); export a checkpoint inside its run directory")
+                      "`python -m launcher` wrote); use a checkpoint inside its run directory")
 
 
 def _check_paths(checkpoint: Path, out: Path) -> None:

@@ -43,10 +43,11 @@ def _logged_config(composed, plan) -> dict:
             "plan": plan.to_dict()}
 
 
-def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from):
+def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from, scorer):
     from launcher.rl.algorithm import make_algorithm
     from launcher.rl.checkpoint import DriverState, load_driver_state
     from launcher.rl.data import PromptStream
+    from launcher.rl.evaluate import make_evaluator
     from launcher.rl.metrics import StepLogger
     from launcher.rl.runtime import Runtime
     from launcher.rl.tokenizer import make_tokenizer
@@ -58,7 +59,7 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
     return Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
                    tokenizer=tokenizer, stream=PromptStream(config.data, config.run.seed, tokenizer),
                    algorithm=make_algorithm(config.algorithm), logger=logger, checkpointer=ckpt, state=state,
-                   last_checkpoint=resume_from)
+                   last_checkpoint=resume_from, evaluator=make_evaluator(config, tokenizer), scorer=scorer)
 
 
 def _start_groups(config, plan, run_dir: Path, embedded: bool):
@@ -85,20 +86,23 @@ def _slots(infos: list[dict]) -> str:
 def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
     from launcher.rl.checkpoint import restore
     from launcher.rl.loops import LOOPS
+    from launcher.rl.reward_fn import make_scorer
 
     config = composed.config
+    scorer = make_scorer(config.data)  # a data.reward_fn that cannot be imported fails before Ray starts
     # Again after ray.init: Ray's core worker installs its own SIGTERM handler, which would
     # end the driver without the teardown below.
     with ray_session(config, plan.env) as embedded, _sigterm_as_interrupt():
         trainers, engines = _start_groups(config, plan, run_dir, embedded)
         if resume_from:  # run.resume=auto: a checkpoint the trainers cannot load gives way to the one before
             resume_from = restore(trainers, ckpt, resume_from, fallback=config.run.resume == "auto")
-        rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from)
+        rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from, scorer)
         try:
             if resume_from:
                 sys.stdout.write(f"resumed from {resume_from} (step {rt.state.step})\n")
             rt.sync_weights(with_base=True, wait=True)
             LOOPS.get(plan.placement.mode)(rt)
+            rt.finish_checkpoint()
         finally:
             curves = rt.logger.close()
         if curves is not None:
@@ -115,6 +119,7 @@ def _already_complete(config, run_dir: Path, checkpoint: Path) -> str:
 
 def launch(composed, plan, run_dir) -> int:
     from launcher.rl.checkpoint import Checkpointer, CheckpointError, checkpoint_root, load_driver_state, resolve_resume
+    from launcher.rl.reward_fn import RewardFnError
 
     config, run_dir = composed.config, Path(run_dir)
     ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,
@@ -129,7 +134,7 @@ def launch(composed, plan, run_dir) -> int:
         except KeyboardInterrupt:
             sys.stderr.write(f"interrupted; Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return EXIT_INTERRUPTED
-        except (ActorDiedError, CheckpointError) as err:  # CheckpointError: no space, a damaged checkpoint
+        except (ActorDiedError, CheckpointError, RewardFnError) as err:  # no space, a damaged checkpoint, a bad reward_fn
             sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return EXIT_RUN_FAILED
         except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown

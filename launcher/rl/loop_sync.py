@@ -2,7 +2,8 @@
 
 Per step: offload trainer -> wake engines -> generate (DAPO: drop groups without reward
 variance and generate again, up to max_regenerations) -> engines sleep -> onload trainer
--> advantages and train -> push weights -> checkpoint -> one log line.
+-> advantages and train -> push weights -> checkpoint -> one log line. A held-out
+evaluation of the previous step's weights, when due, runs right after the wake.
 """
 import sys
 import time
@@ -33,7 +34,7 @@ def _generate_round(rt: Runtime, step: int, round_index: int, n_prompts: int, ba
         members = pending.pop(done[0])
         gen = rt.engines.result(done[0])
         for g, rows in split_generation(members, gen, G):
-            group = score_group(problems[g], prompt_ids[g], gen, rows, rt.stream.task, rt.tokenizer, rt.algorithm)
+            group = score_group(problems[g], prompt_ids[g], gen, rows, rt.scorer, rt.tokenizer, rt.algorithm)
             scored.append((round_index, g, group))
         bar.update(len(members) * G)
     return scored
@@ -85,6 +86,8 @@ def run_sync(rt: Runtime) -> None:
         if level:
             rt.trainers.call("offload")
             rt.engines.call("wake")
+        rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/rl/evaluate.py)
+        t0 += rt.finish_eval()  # not the step's time
         groups, gen = collect_groups(rt, step)
         if level:
             rt.engines.call("sleep", level)
@@ -101,7 +104,13 @@ def run_sync(rt: Runtime) -> None:
         rt.state.step = step
         rt.maybe_checkpoint()
         step_s = time.monotonic() - t0
-        rt.logger.log(_step_metrics(step, gen, train, t1 - t0, t2 - t1, sync_s, step_s, rt))
+        rt.log_step(_step_metrics(step, gen, train, t1 - t0, t2 - t1, sync_s, step_s, rt))
+    if rt.evaluator is not None and rt.evaluator.due(rt.state.step):  # the last step's weights
+        if level:
+            rt.trainers.call("offload")
+            rt.engines.call("wake")
+        rt.start_eval()
+        rt.finish_eval()
 
 
 def _step_metrics(step, gen, train, rollout_s, train_s, sync_s, step_s, rt) -> dict:

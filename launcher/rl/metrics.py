@@ -6,6 +6,10 @@ them: ~0 in the synchronous loop (a nonzero value there means engine and trainer
 disagree), the drift of stale samples in the async one.
 Timing keys end in `_s`; they are the only values that differ between two runs with the
 same seed (the resume test compares everything else).
+
+Held-out evaluations (launcher/rl/evaluate.py) are rows of their own, `{"step": N, "eval/...":
+...}`, written after step N's training row (step 0: before the first step); a row is a training
+row when it has `reward`, an evaluation row when it has `eval/n`.
 """
 import json
 import os
@@ -13,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.rl.plot import write_curves
+from launcher.rl.plot import EVAL_MARK, write_curves
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -33,6 +37,16 @@ def console_line(m: dict) -> str:
     return line
 
 
+def eval_line(m: dict) -> str:
+    line = (f"eval {m['step']:>4}/{m['steps']} | greedy acc {m['eval/greedy_acc']:.3f} "
+            f"reward {m['eval/greedy_reward']:.3f}")
+    if "eval/mean_at_k_acc" in m:
+        k = m["eval/k"]
+        line += (f" | mean@{k} acc {m['eval/mean_at_k_acc']:.3f} reward {m['eval/mean_reward']:.3f} "
+                 f"pass@{k} {m['eval/pass_at_k']:.2f}")
+    return line + f" | n {m['eval/n']} | len {m['eval/response_len']:.1f} | {m['eval/time_s']:.2f}s"
+
+
 class StepLogger:
     def __init__(self, run_dir: Path, logging_cfg, run_cfg, start_step: int, config_dict: dict):
         self.run_dir, self.total = Path(run_dir), run_cfg.steps
@@ -43,7 +57,9 @@ class StepLogger:
         self.wandb = self._init_wandb(logging_cfg.wandb, run_cfg.name, config_dict) if "wandb" in self.backends else None
 
     def _truncate_after(self, step: int) -> None:
-        """On resume, forget steps past the checkpoint: they are about to be redone.
+        """On resume, forget steps past the checkpoint: they are about to be redone, and so is
+        the checkpoint's own evaluation (evaluate.py: the resumed run evaluates it first;
+        step 0 has no checkpoint, so a fresh start keeps no row).
 
         A line that does not parse (the last one, cut short when a run was killed while
         writing it) is dropped with a message rather than failing every later resume. The
@@ -55,7 +71,8 @@ class StepLogger:
             if not line.strip():
                 continue
             try:
-                keep = json.loads(line)["step"] <= step
+                row = json.loads(line)
+                keep = row["step"] < step or (row["step"] == step and EVAL_MARK not in row)
             except (ValueError, KeyError, TypeError):
                 sys.stderr.write(f"{self.metrics_file}: dropped line {number}, cut short or damaged "
                                  f"(a run stopped while writing it?): {line[:80]!r}\n")
@@ -83,8 +100,16 @@ class StepLogger:
 
     def log(self, metrics: dict) -> None:
         metrics = {"steps": self.total, **metrics, "eta_s": self.eta_s(metrics["step"])}
+        self._write(metrics, console_line(metrics))
+
+    def log_eval(self, metrics: dict) -> None:
+        """One evaluation row (evaluate.Evaluator.collect), to the same sinks as the steps."""
+        metrics = {"steps": self.total, **metrics}
+        self._write(metrics, eval_line(metrics))
+
+    def _write(self, metrics: dict, line: str) -> None:
         if "console" in self.backends:
-            sys.stdout.write(console_line(metrics) + "\n")
+            sys.stdout.write(line + "\n")
             sys.stdout.flush()
         if "jsonl" in self.backends:
             with self.metrics_file.open("a") as f:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from launcher.backends.protocols import Generation, GenerationRequest, SamplingParams
+from launcher.rl.reward_fn import as_scorer
 from launcher.rl.tasks import Problem
 
 
@@ -25,6 +26,8 @@ class Group:
     rewards: list[float]
     """After the algorithm's shaping (DAPO overlong penalty): what advantages use."""
     correct: list[bool]
+    reward_errors: int = 0
+    """Responses scored 0 because the reward raised, timed out or returned no finite number."""
 
 
 def sampling_params(alg) -> SamplingParams:
@@ -52,16 +55,19 @@ def groups_per_chunk(sequences_per_engine_cap: int, samples: int, n_groups: int,
     return max(1, min(share, sequences_per_engine_cap // samples))
 
 
-def score_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: range, task, tokenizer,
+def score_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: range, scorer, tokenizer,
                 algorithm) -> Group:
+    """`scorer`: the run's reward_fn.RewardScorer (Runtime.scorer); a bare Task is wrapped."""
     responses = [gen.tokens[r] for r in rows]
-    scored = [task.score(tokenizer.decode(tokens), problem.answer) for tokens in responses]
-    task_rewards = [s[0] for s in scored]
+    scorer = as_scorer(scorer)
+    scored = [scorer.score(tokenizer.decode(tokens), problem) for tokens in responses]
+    task_rewards = [s.reward for s in scored]
     lengths_B = torch.tensor([len(t) for t in responses])
     shaped_B = algorithm.shape_rewards(torch.tensor(task_rewards, dtype=torch.float32), lengths_B)
     return Group(problem=problem, prompt_ids=prompt_ids, responses=responses,
                  logprobs=[gen.logprobs[r] for r in rows], policy_version=gen.policy_version,
-                 task_rewards=task_rewards, rewards=shaped_B.tolist(), correct=[s[1] for s in scored])
+                 task_rewards=task_rewards, rewards=shaped_B.tolist(), correct=[s.correct for s in scored],
+                 reward_errors=sum(s.error is not None for s in scored))
 
 
 def split_generation(members: list[int], gen: Generation, samples: int) -> list[tuple[int, range]]:

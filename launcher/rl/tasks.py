@@ -5,7 +5,7 @@ and a resumed run sees exactly the problems an uninterrupted one would.
 """
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from launcher._registry import Registry
 from launcher.rl import rewards
@@ -15,6 +15,11 @@ from launcher.rl import rewards
 class Problem:
     prompt: str
     answer: str
+    data_source: str | None = None
+    """The row's `data_source` column (verl's name) when the data has one; a custom
+    `data.reward_fn` gets it, or data.task when it is None."""
+    extra_info: dict | None = field(default=None, hash=False)
+    """The row's `extra_info` column (verl's name), passed to a custom `data.reward_fn`."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,9 @@ class Task:
     """(response text, reference answer) -> (reward, exactly correct)."""
     generate: Callable[[int, int], Problem] | None = None
     """(seed, index) -> problem, for tasks that need no data file."""
+    prepare: Callable[[], object] | None = None
+    """Called once when a run starts: imports what `score` needs (an ImportError then, not
+    a timed-out first response)."""
 
 
 TASKS: Registry[Task] = Registry("task")
@@ -63,7 +71,8 @@ def _add_digits(seed: int, index: int) -> Problem:
 
 
 _add(Task("gsm8k", rewards.score_gsm8k))
-_add(Task("dapo_math", rewards.score_dapo_math))
+_add(Task("dapo_math", rewards.score_dapo_math, prepare=rewards.load_math_verify))
+_add(Task("math_boxed", rewards.score_boxed_math, prepare=rewards.load_math_verify))
 _add(Task("synthetic_copy", rewards.score_exact_chars, _copy))
 _add(Task("synthetic_reverse", rewards.score_exact_chars, _reverse))
 _add(Task("synthetic_add", rewards.score_exact_chars, _add_digits))

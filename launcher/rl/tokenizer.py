@@ -3,7 +3,13 @@
 A random-init model (model.hf_path null) has no tokenizer on disk and nothing may be
 downloaded, so the tiny recipes use a fixed character vocabulary built here. Its ids are
 stable across versions because checkpoints and rollouts store ids, not text.
+
+A checkpoint's turn can end at several tokens: GLM's generation_config.json lists
+<|endoftext|>, <|user|> and <|observation|>. `eos_ids` holds all of them; the engines stop
+on any (hf sampling, vLLM's stop_token_ids) and `decode` cuts a response at the first.
 """
+import json
+from pathlib import Path
 from typing import Protocol
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
@@ -18,11 +24,24 @@ CHARS = "0123456789abcdefghijklmnopqrstuvwxyz =+-*/#.,:;?!()$%'\"\n<>"
 class Tokenizer(Protocol):
     pad_id: int
     eos_id: int
+    """The tokenizer's own end-of-text id (the random-init model's config and pad fallback)."""
+    eos_ids: tuple[int, ...]
+    """Every id that ends a response (eos_id first)."""
     vocab_size: int
+    has_chat_template: bool
+    identity: str
+    """What the ids depend on (a cache key for the data's token counts)."""
 
     def encode(self, text: str) -> list[int]: ...
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+
     def decode(self, ids: list[int]) -> str: ...
+
+    def chat_text(self, messages: list[dict]) -> str:
+        """The chat template applied to `messages`, ending with the assistant's opening
+        (add_generation_prompt); `encode` of it gives the template's ids."""
+        ...
 
 
 class CharTokenizer:
@@ -30,6 +49,8 @@ class CharTokenizer:
 
     pad_id = PAD_ID
     eos_id = EOS_ID
+    eos_ids = (EOS_ID,)
+    has_chat_template = False
 
     def __init__(self, vocab_size: int):
         if vocab_size < _SPECIALS + len(CHARS):
@@ -38,10 +59,14 @@ class CharTokenizer:
                 f"{_SPECIALS + len(CHARS)} symbols; raise it to at least that."
             )
         self.vocab_size = vocab_size
+        self.identity = f"char:{vocab_size}:{CHARS}"
         self._id_of = {c: i + _SPECIALS for i, c in enumerate(CHARS)}
 
     def encode(self, text: str) -> list[int]:
         return [self._id_of.get(c, UNK_ID) for c in text.lower()]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
 
     def decode(self, ids: list[int]) -> str:
         out = []
@@ -51,6 +76,21 @@ class CharTokenizer:
             out.append(CHARS[i - _SPECIALS] if _SPECIALS <= i < _SPECIALS + len(CHARS) else UNK_TEXT)
         return "".join(out)
 
+    def chat_text(self, messages: list[dict]) -> str:
+        raise ValueError("the character tokenizer (random-init model) has no chat template; data.chat_template=auto "
+                         "gives raw text for it")
+
+
+def generation_eos_ids(hf_path: str) -> list[int]:
+    """eos_token_id of the checkpoint's generation_config.json (an int or a list), [] without one."""
+    file = Path(hf_path) / "generation_config.json"
+    if not file.is_file():
+        return []
+    value = json.loads(file.read_text()).get("eos_token_id")
+    if value is None:
+        return []
+    return [int(v) for v in (value if isinstance(value, list) else [value])]
+
 
 class HfTokenizer:
     """Wraps a checkpoint's tokenizer (model.hf_path) behind the same small interface."""
@@ -59,17 +99,39 @@ class HfTokenizer:
         from transformers import AutoTokenizer
 
         self._tok = AutoTokenizer.from_pretrained(hf_path)
-        self.eos_id = self._tok.eos_token_id
+        own = self._tok.eos_token_id
+        listed = generation_eos_ids(hf_path)
+        self.eos_id = own if own is not None else (listed[0] if listed else None)
+        if self.eos_id is None:
+            raise ValueError(f"model.hf_path={hf_path}: neither the tokenizer nor generation_config.json names an "
+                             "eos token, so no response could end; add eos_token_id to generation_config.json")
+        self.eos_ids = tuple(dict.fromkeys([self.eos_id, *listed]))
         self.pad_id = self._tok.pad_token_id if self._tok.pad_token_id is not None else self.eos_id
         self.vocab_size = len(self._tok)
+        self.has_chat_template = bool(self._tok.chat_template)
+        self.identity = json.dumps([str(Path(hf_path).resolve()), self.vocab_size, self._tok.chat_template,
+                                    _mtime(Path(hf_path) / "tokenizer.json")])
 
     def encode(self, text: str) -> list[int]:
+        # Special tokens written in the text ([gMASK], <|user|>, ... of a rendered chat
+        # template) are parsed as their ids, so encode(chat_text(m)) is the template's ids.
         return self._tok.encode(text, add_special_tokens=False)
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._tok(texts, add_special_tokens=False)["input_ids"]
+
     def decode(self, ids: list[int]) -> str:
-        if self.eos_id in ids:
-            ids = ids[: ids.index(self.eos_id)]
+        stops = [ids.index(e) for e in self.eos_ids if e in ids]
+        if stops:
+            ids = ids[: min(stops)]
         return self._tok.decode(ids, skip_special_tokens=True)
+
+    def chat_text(self, messages: list[dict]) -> str:
+        return self._tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def _mtime(file: Path) -> float | None:
+    return file.stat().st_mtime if file.exists() else None
 
 
 def make_tokenizer(hf_path: str | None, vocab_size: int) -> Tokenizer:

@@ -85,3 +85,19 @@ class WandbMode(str, Enum):
     online = "online"
     offline = "offline"
     disabled = "disabled"
+
+
+class ChatTemplate(str, Enum):
+    """`auto`: prompts read from a file go through the tokenizer's own chat template when it
+    has one (a checkpoint's); raw text otherwise. `none`: raw text always."""
+
+    auto = "auto"
+    none = "none"
+
+
+class BadRows(str, Enum):
+    """What a malformed data row does: `error` refuses the file listing every bad row,
+    `skip` drops them and reports each with its file and row."""
+
+    error = "error"
+    skip = "skip"

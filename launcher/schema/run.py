@@ -1,5 +1,6 @@
-"""`run:` section: identity, length and resumption of one training run."""
+"""`run:` section: identity, length, resumption and held-out evaluation of one training run."""
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass
@@ -16,3 +17,17 @@ class RunConfig:
     """`auto`: continue from the newest checkpoint in the run directory if there is one;
     `never`: start fresh (refuses a run directory that already holds checkpoints);
     any other value: path of a checkpoint directory to continue from."""
+    eval_every_steps: int = 0
+    """Score the held-out set (launcher/rl/evaluate.py) after every this many steps and after the
+    last step; 0 = never, >= 0. The set is data.val_path, or for synthetic tasks without one
+    run.eval_problems generated problems from a disjoint index range. Sync loop: between steps, with
+    the weights just synced; async loop: the version pushed after the step (see evaluate.py)."""
+    eval_before_train: bool = False
+    """Also score the initial weights (step 0) before the first step; works with eval_every_steps=0."""
+    eval_samples: int = 4
+    """k of mean@k: responses per held-out problem sampled at algorithm.temperature/top_p besides the
+    greedy one (temperature 0); 0 = greedy only. Separate from algorithm.samples_per_prompt so the
+    cost of an evaluation does not grow with the GRPO group size."""
+    eval_problems: Optional[int] = None
+    """Held-out problems per evaluation, >= 1: the first N of data.val_path (file order); null = all
+    of it, or 128 generated problems for a synthetic task without data.val_path."""

@@ -172,8 +172,11 @@ class Writes:
     def __init__(self, n_bytes: int, fail: BaseException | None = None):
         self.n_bytes, self.fail = n_bytes, fail
 
-    def call(self, method: str, path: str) -> list:
+    def call(self, method: str, *args) -> list:
+        if method == "finalize_checkpoint":
+            return [0.0]
         assert method == "save_checkpoint"
+        path = args[0]
         os.makedirs(path)
         torch.save({"w": torch.zeros(self.n_bytes // 4, dtype=torch.float32)}, os.path.join(path, "model.pt"))
         if self.fail is not None:

@@ -34,6 +34,8 @@ def _tiny_checkpoint_json() -> str:
     (folder / "config.json").write_text(json.dumps({"model_type": "glm5_next", "text_config": text}))
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "model-1.safetensors"}}))
     (folder / "model-1.safetensors").write_bytes(b"")
+    # A tokenizer without a chat template (a base model's): DATA005 warns when file prompts would use it.
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
     return str(folder)
 
 
@@ -108,6 +110,21 @@ CASES = [
       "/nonexistent/train.jsonl", "does not exist"),
     C("DATA002", "tiny_grpo", ["data.val_path=prompts.csv"], E, "data.val_path", "prompts.csv", ".jsonl"),
     C("DATA002", "tiny_grpo", ["data.task=gsm8k"], E, "data.train_path", "train_path=null", "'gsm8k'"),
+    C("DATA004", "gsm8k_grpo", ["data.answer_key=solution"], E, "data.answer_key", "'solution'",
+      "data/gsm8k_sample.jsonl", "no column 'solution'", "['question', 'answer']"),
+    C("DATA004", "gsm8k_grpo", ["data.train_path=data/verl_gsm8k_sample.parquet"], E, "data.prompt_key",
+      "'question'", "verl_gsm8k_sample.parquet", "reward_model.ground_truth"),
+    C("DATA004", "dapo_sync", ["data.train_path=data/dapo_math_sample.parquet", "data.answer_key=reward_model"], E,
+      "data.answer_key", "column reward_model of data/dapo_math_sample.parquet holds a struct", "not text or number"),
+    C("DATA004", "dapo_sync", ["data.train_path=data/dapo_math_sample.parquet", "data.answer_key=reward_model.ground_truth",
+                               "data.prompt_key=extra_info.index.x"], E, "data.prompt_key", "extra_info.index (text)"),
+    C("DATA005", "tiny_checkpoint", ["data.task=gsm8k", "data.train_path=data/gsm8k_sample.jsonl",
+                                     "data.prompt_key=question"], W, "data.chat_template", "data.chat_template=auto",
+      "has no chat_template"),
+    C("DATA003", "tiny_grpo", ["data.reward_fn=no_such_module_q7.rewards:score"], E, "data.reward_fn",
+      "data.reward_fn='no_such_module_q7.rewards:score'", "module 'no_such_module_q7.rewards' not found"),
+    C("DATA003", "tiny_grpo", ["data.reward_fn=rewards.compute_score"], E, "data.reward_fn",
+      "'rewards.compute_score'", "package.module:function"),
     # --- inference
     C("INF001", "dapo_sync", ["inference.tp=3"], E, "inference.tp", "inference.tp=3", "64"),
     C("INF002", "dapo_sync", ["inference.engines=1"], E, "inference.engines", "1 x 8 = 8", "16 trainer GPUs"),
@@ -228,6 +245,11 @@ CASES = [
       lambda p: f"{p.timing.longest_wait_phase} of {p.timing.longest_wait_s:.0f} s"),
     C("RUN002", "dapo_async_adapter", ["trainer.lora.merge=true"], W, "trainer.lora.merge", "merged weight sync",
       lambda p: f"{p.sync.gib_per_engine:,.1f} GiB per engine", lambda p: f"~{p.sync.seconds:.0f} s per step"),
+    # --- held-out evaluation
+    C("EVAL001", "tiny_grpo", ["run.eval_every_steps=-1"], E, "run.eval_every_steps", "run.eval_every_steps=-1"),
+    C("EVAL001", "tiny_grpo", ["run.eval_problems=0"], E, "run.eval_problems", "run.eval_problems=0"),
+    C("EVAL001", "gsm8k_grpo", ["run.eval_every_steps=10"], E, "data.val_path", "run.eval_every_steps=10",
+      "data.val_path=null", "'gsm8k'"),
     # --- sequence lengths
     C("SEQ001", "dapo_sync", ["inference.max_model_len=8192"], E, "inference.max_model_len", "max_prompt_len 2048",
       "max_response_len 8192", "= 10240", "max_model_len 8192"),

@@ -28,8 +28,13 @@ def sample_next(logits_BV: torch.Tensor, temperature: float, top_p: float,
     """Sample one token per row; return it and its log-prob under softmax(logits / T).
 
     top_p only restricts which tokens can be drawn; the returned log-prob is the untruncated
-    tempered one, the same quantity the trainer recomputes.
+    tempered one, the same quantity the trainer recomputes. temperature 0 is greedy (held-out
+    evaluation): the most likely token, with its log-prob at temperature 1 as vLLM reports it.
     """
+    if temperature == 0:
+        logp_BV = torch.log_softmax(logits_BV.float(), dim=-1)
+        token_B = logp_BV.argmax(dim=-1)
+        return token_B, logp_BV.gather(-1, token_B[:, None]).squeeze(-1)
     logp_BV = torch.log_softmax(logits_BV.float() / temperature, dim=-1)
     probs_BV = logp_BV.exp()
     if top_p < 1.0:

@@ -33,7 +33,8 @@ class HfEngine:
         self.index = engine_index
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         tok = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size)
-        self.eos_id, self.pad_id = tok.eos_id, tok.pad_id
+        # Every EOS id of the checkpoint's generation_config (GLM: <|endoftext|>, <|user|>, <|observation|>).
+        self.eos_ids, self.pad_id = tok.eos_ids, tok.pad_id
         self.model = build_model(config.model, tok.pad_id, config.run.seed).to(self.device).eval()
         self.version = 0
         self.asleep_level = 0
@@ -52,7 +53,7 @@ class HfEngine:
         if self._update is not None:
             raise RuntimeError(f"engine {self.index} was asked to generate in the middle of weight update "
                                f"{self._update.version} (begin without finish)")
-        results = sample(self.model, request.prompts, request.sampling, self.eos_id, self.pad_id, request.seed)
+        results = sample(self.model, request.prompts, request.sampling, self.eos_ids, self.pad_id, request.seed)
         return Generation(tokens=[r.tokens for r in results], logprobs=[r.logprobs for r in results],
                           finished=[r.finished for r in results], policy_version=self.version)
 

@@ -25,6 +25,8 @@ class VllmInference:
         tok = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size)
         self.engine = VllmEngine(config, make_plan(config), eos_id=tok.eos_id, pad_id=tok.pad_id,
                                  seed=config.run.seed + engine_index, engine_index=engine_index)
+        # eos_id (one id) goes into a random-init model's config.json; requests stop on all of them.
+        self.engine.eos_id = tok.eos_ids
         self._adapter_dir = tempfile.mkdtemp(prefix=f"vllm-adapter-{engine_index}-")
         self.index = engine_index
         self._update: WeightUpdate | None = None

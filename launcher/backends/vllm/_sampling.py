@@ -9,9 +9,15 @@ sampling.
 """
 
 
-def vllm_sampling_params(sampling, eos_id: int, seed: int):
+def stop_ids(eos_ids) -> list[int]:
+    """An int or a sequence of ids as the list vLLM takes."""
+    return [eos_ids] if isinstance(eos_ids, int) else [int(i) for i in eos_ids]
+
+
+def vllm_sampling_params(sampling, eos_ids, seed: int):
     """`sampling` is the Protocol's SamplingParams (max_tokens, temperature, top_p from
-    `algorithm:`); each request gets its own seed so the samples of a group differ."""
+    `algorithm:`); each request gets its own seed so the samples of a group differ.
+    `eos_ids`: every id that ends a response (Tokenizer.eos_ids), or one int."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -20,8 +26,9 @@ def vllm_sampling_params(sampling, eos_id: int, seed: int):
         temperature=sampling.temperature,
         top_p=sampling.top_p,
         max_tokens=sampling.max_tokens,
-        # Engines skip tokenizer init, so vLLM does not know EOS: stop on the project's id.
-        stop_token_ids=[eos_id],
+        # Engines skip tokenizer init, so vLLM does not know EOS: stop on every EOS id of the
+        # checkpoint's generation_config (GLM's turn also ends at <|user|> / <|observation|>).
+        stop_token_ids=stop_ids(eos_ids),
         logprobs=0,
         detokenize=False,
         seed=seed,

@@ -1,8 +1,14 @@
-"""Data rules: the task is registered, its files exist and have a readable format."""
-from launcher._paths import resolve_data_path
-from launcher.validate.registry import error, rule
+"""Data rules: the task is registered, its files exist and have a readable format, a custom
+reward's module is there, the named columns exist with usable types (read from the parquet
+schema or the first JSON rows), and a checkpoint meant to chat has a chat template."""
+import json
+from pathlib import Path
 
-FORMATS = (".jsonl", ".parquet")
+from launcher import data_columns
+from launcher._paths import resolve_data_path
+from launcher.validate.registry import error, rule, warning
+
+FORMATS = (".jsonl", ".json", ".parquet")
 
 
 def _tasks():
@@ -35,9 +41,111 @@ def files_exist(cfg, plan):
             continue
         resolved = resolve_data_path(path)
         if resolved.suffix not in FORMATS:
-            yield error("DATA002", key, f"{key}={path} is neither .jsonl nor .parquet",
+            yield error("DATA002", key, f"{key}={path} is not .jsonl, .json or .parquet",
                         "Data is read as JSON lines or a parquet table.", "Convert the file or point at one of those.")
         elif not resolved.is_file():
             yield error("DATA002", key, f"{key}={path} does not exist (looked at {resolved})",
                         "The run would fail when the first batch is read.",
                         "Fix the path (relative paths resolve from the current folder, then the project root).")
+
+
+@rule("DATA003")
+def reward_fn_found(cfg, plan):
+    """data.reward_fn is `module:function` and the module's file exists (never imported here)."""
+    spec = getattr(cfg.data, "reward_fn", None)
+    if spec is None:
+        return
+    from launcher.rl.reward_fn import RewardFnError, find_module_file, split_spec
+
+    try:
+        module, function = split_spec(spec)
+    except RewardFnError:
+        yield error("DATA003", "data.reward_fn", f"data.reward_fn={spec!r} is not of the form 'package.module:function'",
+                    "The driver imports the module and calls the function by name for every response.",
+                    "Write it as e.g. data.reward_fn=my_rewards:compute_score (a dotted module path, one colon, "
+                    "a function name).")
+        return
+    if find_module_file(module) is None:
+        yield error("DATA003", "data.reward_fn", f"data.reward_fn={spec!r}: module {module!r} not found "
+                    f"(no file for it on the path: the current folder {Path.cwd()} and PYTHONPATH)",
+                    "The run would stop when it starts, importing the module to score the first responses.",
+                    "Run from the folder holding the module, add its folder to PYTHONPATH, or fix the module name "
+                    f"(the function {function!r} is only checked when the run starts).")
+
+
+# What each key's column may hold: the loader (rl/data.py) formats text or chat messages, and
+# takes text or a number as the reference answer.
+_COLUMN_KINDS = {"data.prompt_key": ("text", "messages"), "data.answer_key": ("text", "number")}
+
+
+def _column_fix(option: str, key: str, col) -> str:
+    if col.kind == "struct":
+        inner = [n for n, c in col.fields.items() if c.kind in _COLUMN_KINDS[option]]
+        prefer = "ground_truth" if "ground_truth" in inner else (inner[0] if inner else None)
+        if prefer:
+            return f"Name the field inside it: {option}={key}.{prefer} (its fields: {sorted(col.fields)})."
+        return f"It is a struct with fields {sorted(col.fields)}; point {option} at a text field (dotted)."
+    return f"Point {option} at a column holding {' or '.join(_COLUMN_KINDS[option])}, or convert the file."
+
+
+@rule("DATA004")
+def columns_usable(cfg, plan):
+    """data.prompt_key / data.answer_key name columns of each data file, holding text or chat
+    messages (prompt) and text or a number (answer)."""
+    d = cfg.data
+    for file_key, path in (("data.train_path", d.train_path), ("data.val_path", d.val_path)):
+        if path is None or resolve_data_path(path).suffix not in FORMATS or not resolve_data_path(path).is_file():
+            continue  # DATA002's finding
+        columns = data_columns.file_columns(resolve_data_path(path))
+        if columns is None:
+            continue
+        for option, key in (("data.prompt_key", d.prompt_key), ("data.answer_key", d.answer_key)):
+            try:
+                col = data_columns.resolve(columns, key)
+            except data_columns.NoColumn as missing:
+                yield error("DATA004", option, f"{option}={key!r}: in {path}, {missing.missing} "
+                            f"(columns: {missing.available[:20]})",
+                            "Every row would miss its prompt or answer: the run would refuse the file (or train on "
+                            "empty prompts / score every response 0).",
+                            f"Set {option} to one of those (dotted for a nested field, e.g. reward_model.ground_truth "
+                            f"for verl's files, reward_spec.ground_truth for SkyRL's), or point {file_key} elsewhere.")
+                continue
+            if col.kind not in (*_COLUMN_KINDS[option], "null"):
+                held = col.detail or ("a struct" if col.kind == "struct" else col.kind)
+                yield error("DATA004", option, f"{option}={key!r}: column {key} of {path} holds {held}, not "
+                            f"{' or '.join(_COLUMN_KINDS[option])}",
+                            "The prompt must be text or a list of chat messages ({role, content}); the reference "
+                            "answer text or a number. Anything else would reach the model or the reward as Python "
+                            "text and train on reward 0.",
+                            _column_fix(option, key, col))
+
+
+def _has_chat_template(folder: Path) -> bool | None:
+    """Whether a checkpoint's tokenizer has a chat template; None without tokenizer_config.json."""
+    config = folder / "tokenizer_config.json"
+    if not config.is_file():
+        return None
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        return bool(json.loads(config.read_text()).get("chat_template"))
+    except ValueError:
+        return None
+
+
+@rule("DATA005")
+def chat_template_found(cfg, plan):
+    """data.chat_template=auto with a checkpoint whose tokenizer has no chat template warns:
+    its file prompts go in as raw text."""
+    d = cfg.data
+    mode = getattr(d.chat_template, "value", d.chat_template)
+    if mode != "auto" or cfg.model.hf_path is None or d.train_path is None:
+        return
+    if _has_chat_template(Path(cfg.model.hf_path)) is False:
+        yield warning("DATA005", "data.chat_template",
+                      f"data.chat_template=auto but {cfg.model.hf_path}/tokenizer_config.json has no chat_template "
+                      "(nor chat_template.jinja): prompts go to the model as raw text",
+                      "A chat-tuned model answers badly without the turn tokens it was trained with; a base model "
+                      "is fine with raw text.",
+                      "Set data.chat_template=none to say raw text is meant, or add the model's chat template to "
+                      "its tokenizer_config.json.")

@@ -61,3 +61,26 @@ def colocated_split(cfg, plan):
                       f"placement.inference_nodes={p.inference_nodes} in colocated mode",
                       "Colocated engines share the trainer's GPUs; inference_nodes is ignored.",
                       "Remove placement.inference_nodes or use placement.mode=async.")
+
+
+@rule("EVAL001")
+def eval_settings(cfg, plan):
+    """Held-out evaluation: counts in range, and something to evaluate on when it is asked for."""
+    r = cfg.run
+    for key, value, least in (("run.eval_every_steps", r.eval_every_steps, 0), ("run.eval_samples", r.eval_samples, 0),
+                              ("run.eval_problems", r.eval_problems, 1)):
+        if value is not None and value < least:
+            yield error("EVAL001", key, f"{key}={value} is below {least}",
+                        "It is a count of steps, samples or problems (launcher/rl/evaluate.py).",
+                        f"Set {key} >= {least}.")
+    if not (r.eval_every_steps > 0 or r.eval_before_train) or cfg.data.val_path is not None:
+        return
+    from launcher.rl.tasks import TASKS  # pure Python: reward parsers and synthetic generators
+
+    if cfg.data.task in TASKS.names() and TASKS.get(cfg.data.task).generate is None:
+        yield error("EVAL001", "data.val_path",
+                    f"run.eval_every_steps={r.eval_every_steps}, run.eval_before_train={r.eval_before_train} but "
+                    f"data.val_path=null for task {cfg.data.task!r}",
+                    f"{cfg.data.task} has no generator to draw held-out problems from; evaluation scores a file.",
+                    "Set data.val_path to a held-out jsonl or parquet file (same columns as data.train_path), or "
+                    "run.eval_every_steps=0 and run.eval_before_train=false.")

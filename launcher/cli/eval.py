@@ -1,0 +1,111 @@
+"""`python -m launcher eval CHECKPOINT_DIR [overrides] [--format json]`: score one checkpoint.
+
+    python -m launcher eval runs/tiny_grpo/checkpoints/step_000150
+    python -m launcher eval runs/gsm8k/checkpoints/step_000100 data.val_path=data/gsm8k_test.jsonl
+
+The run is rebuilt from the run directory's overrides.yaml (then the command line's): its
+trainer group loads the checkpoint on the run's mesh and pushes the weights to its engines
+exactly as a run's first weight sync does; the engines then score the held-out set as a
+run's evaluation does (launcher/rl/evaluate.py: same problems, seeds and metrics), so on the
+hf engines the numbers equal the `eval/` row the run logged at that step. Prints them (or one
+JSON object) and exits 0; 1 when the config is refused, 2 when there is nothing to evaluate,
+3 when the evaluation failed.
+"""
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from launcher.cli.args import UsageError
+
+EXIT_FAILED = 3
+
+
+class EvalError(RuntimeError):
+    """The command cannot run (no such checkpoint, no run config, nothing to evaluate on)."""
+
+
+def cmd_eval(tokens: list[str], fmt: str) -> int:
+    from launcher.rl.evaluate import EvalConfigError
+
+    paths = [t for t in tokens if "=" not in t]
+    if len(paths) != 1 or tokens[:1] != paths:
+        raise UsageError("eval takes CHECKPOINT_DIR, then overrides: "
+                         "python -m launcher eval runs/NAME/checkpoints/step_000100 [data.val_path=...]")
+    try:
+        return evaluate_checkpoint(Path(paths[0]).resolve(), tokens[1:], fmt)
+    except (EvalError, EvalConfigError) as err:
+        sys.stderr.write(f"eval: {err}\n")
+        return 2
+    except Exception:  # noqa: BLE001 - a backend failure: its traceback, after Ray is gone
+        traceback.print_exc()
+        sys.stderr.write("eval failed (traceback above)\n")
+        return EXIT_FAILED
+
+
+def _run_overrides(checkpoint: Path) -> list[str]:
+    from launcher.export.run import ExportError, run_overrides
+
+    if not (checkpoint / "COMPLETE").is_file() or not (checkpoint / "trainer").is_dir():
+        raise EvalError(f"{checkpoint} is not a complete training checkpoint (a step_N folder with COMPLETE and "
+                        "trainer/ in it)")
+    try:
+        return run_overrides(checkpoint)
+    except ExportError as err:
+        raise EvalError(str(err)) from err
+
+
+def evaluate_checkpoint(checkpoint: Path, extra: list[str], fmt: str) -> int:
+    from launcher.cli.commands import check_point
+    from launcher.compose import compose
+    from launcher.report import findings_text
+    from launcher.rl.checkpoint import load_driver_state
+    from launcher.rl.evaluate import make_evaluator
+    from launcher.rl.reward_fn import make_scorer
+    from launcher.rl.tokenizer import make_tokenizer
+
+    composed = compose(_run_overrides(checkpoint) + extra)
+    findings, plan = check_point(composed)
+    if any(f.severity == "error" for f in findings):
+        sys.stderr.write(findings_text(findings, "refusing to evaluate: "))
+        return 1
+    cfg = composed.config
+    state = load_driver_state(checkpoint)
+    tokenizer = make_tokenizer(cfg.model.hf_path, cfg.model.arch.vocab_size)
+    # Before Ray: a missing val set or reward function fails in a second, not after start-up.
+    evaluator = make_evaluator(cfg, tokenizer, force=True, log=sys.stderr)
+    scorer = make_scorer(cfg.data)
+    row = _score_on_ray(cfg, plan, checkpoint, state, evaluator, scorer, tokenizer)
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"checkpoint": str(checkpoint), "source": evaluator.set.source, **row}) + "\n")
+        return 0
+    sys.stdout.write(f"eval of {checkpoint} (step {state.step}, policy version {state.policy_version}) on "
+                     f"{evaluator.set.source}:\n")
+    width = max(len(k) for k in row)
+    for key, value in row.items():
+        sys.stdout.write(f"  {key:<{width}}  {value:.4f}\n" if isinstance(value, float) else f"  {key:<{width}}  {value}\n")
+    return 0
+
+
+def _score_on_ray(cfg, plan, checkpoint: Path, state, evaluator, scorer, tokenizer) -> dict:
+    from launcher.backends import engine_class, trainer_class
+    from launcher.orchestrate.cluster import gpu_resource, ray_session
+    from launcher.orchestrate.groups import EngineGroup, TrainerGroup
+    from launcher.orchestrate.launch import PLACEMENT_TIMEOUT_S
+    from launcher.orchestrate.placement import Placement
+    from launcher.rl.checkpoint import restore
+    from launcher.rl.weight_sync import sync_weights
+
+    with ray_session(cfg, plan.env) as embedded:
+        placement = Placement(plan.placement, cfg.cluster.gpus_per_node, gpu_resource(embedded), embedded)
+        placement.ready(PLACEMENT_TIMEOUT_S)
+        trainers = TrainerGroup(trainer_class(cfg.trainer.backend.value), cfg, plan, placement)
+        engines = EngineGroup(engine_class(cfg.inference.backend.value), cfg, plan, placement)
+        trainers.start()
+        engines.wait_ready()
+        restore(trainers, None, checkpoint, fallback=False)
+        sync_weights(trainers, engines, state.policy_version, with_base=True, wait=True)
+        if cfg.inference.sleep_level:  # colocated: the engines get the GPUs, as in a run's generation phase
+            trainers.call("offload")
+            engines.call("wake")
+        return evaluator.run(engines, state.step, state.policy_version, scorer, tokenizer)
