@@ -88,21 +88,13 @@ def evaluate_checkpoint(checkpoint: Path, extra: list[str], fmt: str) -> int:
 
 
 def _score_on_ray(cfg, plan, checkpoint: Path, state, evaluator, scorer, tokenizer) -> dict:
-    from launcher.backends import engine_class, trainer_class
-    from launcher.orchestrate.cluster import gpu_resource, ray_session
-    from launcher.orchestrate.groups import EngineGroup, TrainerGroup
-    from launcher.orchestrate.launch import PLACEMENT_TIMEOUT_S
-    from launcher.orchestrate.placement import Placement
+    from launcher.orchestrate.cluster import ray_session
+    from launcher.orchestrate.launch import place_groups
     from launcher.rl.checkpoint import restore
     from launcher.rl.weight_sync import sync_weights
 
     with ray_session(cfg, plan.env) as embedded:
-        placement = Placement(plan.placement, cfg.cluster.gpus_per_node, gpu_resource(embedded), embedded)
-        placement.ready(PLACEMENT_TIMEOUT_S)
-        trainers = TrainerGroup(trainer_class(cfg.trainer.backend.value), cfg, plan, placement)
-        engines = EngineGroup(engine_class(cfg.inference.backend.value), cfg, plan, placement)
-        trainers.start()
-        engines.wait_ready()
+        trainers, engines = place_groups(cfg, plan, embedded)
         restore(trainers, None, checkpoint, fallback=False)
         sync_weights(trainers, engines, state.policy_version, with_base=True, wait=True)
         if cfg.inference.sleep_level:  # colocated: the engines get the GPUs, as in a run's generation phase

@@ -103,19 +103,13 @@ def _write_random_init_config(cfg, folder: Path) -> None:
 
 
 def _export_on_ray(composed, plan, checkpoint: Path, staging: Path, adapter: bool) -> int:
-    from launcher.backends import trainer_class
-    from launcher.orchestrate.cluster import gpu_resource, ray_session
-    from launcher.orchestrate.groups import TrainerGroup
-    from launcher.orchestrate.launch import PLACEMENT_TIMEOUT_S
-    from launcher.orchestrate.placement import Placement
+    from launcher.orchestrate.cluster import ray_session
+    from launcher.orchestrate.launch import place_groups
     from launcher.rl.checkpoint import restore
 
     cfg = composed.config
     with ray_session(cfg, plan.env) as embedded:
-        placement = Placement(plan.placement, cfg.cluster.gpus_per_node, gpu_resource(embedded), embedded)
-        placement.ready(PLACEMENT_TIMEOUT_S)
-        trainers = TrainerGroup(trainer_class(cfg.trainer.backend.value), cfg, plan, placement)
-        trainers.start()
+        trainers, _ = place_groups(cfg, plan, embedded, with_engines=False)
         restore(trainers, None, checkpoint, fallback=False)
         write = _write_adapter if adapter else _write_model
         return write(cfg, trainers, staging)

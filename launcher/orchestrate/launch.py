@@ -62,15 +62,24 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
                    last_checkpoint=resume_from, evaluator=make_evaluator(config, tokenizer), scorer=scorer)
 
 
-def _start_groups(config, plan, run_dir: Path, embedded: bool):
+def place_groups(config, plan, embedded: bool, with_engines: bool = True):
+    """(trainer group, engine group or None), placed on the plan's slots and started: the
+    run, `export` (trainers only) and `eval` bring them up the same way."""
     from launcher.backends import engine_class, trainer_class
 
     placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(embedded), embedded)
     placement.ready(PLACEMENT_TIMEOUT_S)
     trainers = TrainerGroup(trainer_class(config.trainer.backend.value), config, plan, placement)
-    engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement)
+    engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement) if with_engines \
+        else None
     trainers.start()
-    engines.wait_ready()
+    if engines is not None:
+        engines.wait_ready()
+    return trainers, engines
+
+
+def _start_groups(config, plan, run_dir: Path, embedded: bool):
+    trainers, engines = place_groups(config, plan, embedded)
     (run_dir / "actors.json").write_text(json.dumps(trainers.info + engines.info, indent=2))
     where = "embedded Ray" if embedded else f"Ray at {config.cluster.ray_address}"
     sys.stdout.write(f"{where}, {plan.placement.mode}: trainer ranks {_slots(trainers.info)} (dp {plan.mesh.dp}), "
