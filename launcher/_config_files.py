@@ -3,7 +3,8 @@
 The group folders are named for people (`recipes/`, `clusters/`) while users type the
 singular group (`recipe=`, `cluster=`), so files are registered explicitly rather than
 found through a Hydra search path. Parsing here also lets a YAML syntax error name its
-file and line.
+file and line, and a key or section written twice be an error naming both lines (PyYAML
+and OmegaConf silently keep the last one: a second `algorithm:` would replace the first).
 """
 from pathlib import Path
 
@@ -26,10 +27,47 @@ def available(group: str) -> dict[str, Path]:
     return found
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: str, first_line: int, second_line: int):
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.first_line, self.second_line = key, first_line, second_line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping holding the same key twice (at any depth)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:  # an unhashable key: SafeLoader's own error follows
+                    continue
+                if first != key_node.start_mark.line + 1:
+                    raise _DuplicateKey(str(key), first, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _duplicate_finding(path: Path, dup: _DuplicateKey) -> Finding:
+    return Finding(
+        id="CFG006", severity="error", key=str(path),
+        message=f"`{dup.key}` is written twice in {path}: line {dup.first_line} and line {dup.second_line}",
+        why="YAML keeps only the last one silently, so the first value (or whole section) would be lost "
+            "without a word.",
+        fix=f"Keep one `{dup.key}` in {path} (merge the two, or delete line {dup.first_line} or {dup.second_line}).",
+    )
+
+
 def load_yaml(path: Path) -> dict:
-    """Parse one file; a syntax error becomes a finding naming the file and line."""
+    """Parse one file; a syntax error or a duplicate key becomes a finding naming the file and line(s)."""
     try:
-        node = yaml.safe_load(path.read_text())
+        node = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as dup:
+        raise ConfigError([_duplicate_finding(path, dup)]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

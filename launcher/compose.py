@@ -3,6 +3,7 @@
 Uses Hydra's Compose API (the same defaults-list and override grammar as @hydra.main)
 so the launcher controls the error path: every composition failure becomes a finding
 with the full key, the value and the fix, and nothing is written before that succeeds.
+Sizes, counts and lengths outside their range (schema/_ranges.py) are composition errors too.
 
 With `model.hf_path` set, the checkpoint's config.json is the architecture: its values
 replace `model.arch`'s (in the typed object and the DictConfig that is printed and written),
@@ -19,7 +20,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from launcher._compose_errors import translate
 from launcher._config_files import store_all
 from launcher.checkpoint_config import ARCH_FIELDS, NULL_MEANS_HF_DEFAULT, arch_values
+from launcher.errors import ConfigError
 from launcher.schema import SCHEMA_NAME, LauncherConfig, register_schema
+from launcher.schema._ranges import range_findings
 
 DEFAULT_RECIPE = "tiny_grpo"
 PRIMARY_NAME = "launcher"
@@ -84,6 +87,9 @@ def compose(overrides: list[str]) -> Composed:
             config = _apply_checkpoint_arch(cfg, config, overrides)
     except Exception as exc:  # noqa: BLE001 - every Hydra/OmegaConf failure is translated
         raise translate(exc, overrides) from None
+    out_of_range = range_findings(config)
+    if out_of_range:
+        raise ConfigError(out_of_range)
     return Composed(config=config, cfg=cfg, choices=choices, overrides=list(overrides))
 
 

@@ -7,7 +7,7 @@ from launcher.compose import Composed, compose
 from launcher.errors import ConfigError, Finding
 from launcher.plan import make_plan
 from launcher.report import findings_json, findings_text
-from launcher.rundir import resolved_yaml, write_run_files
+from launcher.rundir import RunDirLock, RunDirLocked, resolved_yaml, run_dir_of, write_run_files
 from launcher.validate import check
 
 EXIT_OK, EXIT_INVALID, EXIT_CONFIG = 0, 1, 2
@@ -67,7 +67,11 @@ def cmd_plan(composed: Composed, fmt: str, keep: list[str]) -> int:
         sys.stdout.write(findings_text(findings, "validation: "))
     if _has_error(findings):
         return EXIT_INVALID
-    run_dir = write_run_files(composed, plan.to_dict())
+    lock = take_run_dir_lock(run_dir_of(composed))
+    if lock is None:
+        return EXIT_INVALID
+    with lock:
+        run_dir = write_run_files(composed, plan.to_dict())
     sys.stderr.write(f"wrote {Path(run_dir) / 'config.yaml'}, overrides.yaml, plan.json\n")
     return EXIT_OK
 
@@ -79,7 +83,20 @@ def cmd_run(composed: Composed) -> int:
         return EXIT_INVALID
     if findings:
         sys.stderr.write(findings_text(findings, "starting with "))
-    from launcher.orchestrate import launch
+    lock = take_run_dir_lock(run_dir_of(composed))  # before Ray is even imported: a refusal is instant
+    if lock is None:
+        return EXIT_INVALID
+    with lock:
+        from launcher.orchestrate import launch
 
-    run_dir = write_run_files(composed, plan.to_dict())
-    return launch(composed, plan, run_dir)
+        run_dir = write_run_files(composed, plan.to_dict())
+        return launch(composed, plan, run_dir)
+
+
+def take_run_dir_lock(run_dir: Path) -> RunDirLock | None:
+    """The run directory's lock, or None (with the holder named on stderr) when a live run holds it."""
+    try:
+        return RunDirLock(run_dir).acquire()
+    except RunDirLocked as err:
+        sys.stderr.write(f"refusing to start: {err}\n")
+        return None

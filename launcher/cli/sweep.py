@@ -12,10 +12,10 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from launcher.cli.args import Args, UsageError
-from launcher.cli.commands import EXIT_INVALID, EXIT_OK, check_point
+from launcher.cli.commands import EXIT_INVALID, EXIT_OK, check_point, take_run_dir_lock
 from launcher.compose import compose
 from launcher.errors import ConfigError
-from launcher.rundir import write_run_files
+from launcher.rundir import run_dir_of, write_run_files
 
 
 @dataclass
@@ -71,7 +71,12 @@ def cmd_sweep(args: Args) -> int:
     legal = [(p, c, plan) for p, c, plan in results if c is not None]
     if args.command == "plan":
         for p, composed, plan in legal:
-            p.numbers["run_dir"] = str(write_run_files(composed, plan.to_dict(), suffix=f"sweep/{p.index}"))
+            lock = take_run_dir_lock(run_dir_of(composed, f"sweep/{p.index}"))
+            if lock is None:
+                p.status, p.first_error = "locked", "run directory in use by a live run"
+                continue
+            with lock:
+                p.numbers["run_dir"] = str(write_run_files(composed, plan.to_dict(), suffix=f"sweep/{p.index}"))
     if args.format == "json":
         sys.stdout.write(json.dumps({"points": [vars(p) for p in points]}, indent=2) + "\n")
     else:
@@ -79,8 +84,13 @@ def cmd_sweep(args: Args) -> int:
     if args.command == "run":
         from launcher.orchestrate import launch
 
-        for p, composed, plan in legal:
-            run_dir = write_run_files(composed, plan.to_dict(), suffix=f"sweep/{p.index}")
-            if launch(composed, plan, run_dir) != EXIT_OK:
+        for p, composed, plan in legal:  # one lock per point, held for that point's run only
+            lock = take_run_dir_lock(run_dir_of(composed, f"sweep/{p.index}"))
+            if lock is None:
                 return EXIT_INVALID
-    return EXIT_OK if legal else EXIT_INVALID
+            with lock:
+                run_dir = write_run_files(composed, plan.to_dict(), suffix=f"sweep/{p.index}")
+                if launch(composed, plan, run_dir) != EXIT_OK:
+                    return EXIT_INVALID
+    locked = any(p.status == "locked" for p in points)
+    return EXIT_OK if legal and not locked else EXIT_INVALID

@@ -8,9 +8,11 @@ both the trainer nodes' NICs (all engines' copies leave through them) and the en
 """
 from dataclasses import dataclass
 
+from launcher.plan._arch import DSA, KDA, facts
 from launcher.plan._memory_trainer import DTYPE_BYTES, GIB
 from launcher.plan.lora import LoraPlan
 from launcher.plan.params import ParamCounts
+from launcher.schema.model import ArchConfig
 from launcher.schema.root import LauncherConfig
 
 SYNC_BUCKET_GIB = 1.0
@@ -25,6 +27,48 @@ megatron trainer -> hf engine, 4-layer slice, benchmarks/colocated_sync.py): 44.
 47.1 s and 41.7 s (0.94, 1.06 GiB/s), in one process; Ray's object store adds to it."""
 
 
+TRANSFER_BUFFER_ALIGN_BYTES = 1 << 20
+
+
+def largest_tensor_elements(a: ArchConfig) -> tuple[int, str]:
+    """Elements of the largest single tensor a trainer streams (checkpoint names), and which.
+
+    The stream is per checkpoint tensor: experts one by one (`mlp.experts.{e}.gate_proj`),
+    gate/up/down apart, so the embedding and lm_head (vocab x hidden) lead on GLM.
+    """
+    f, h = facts(a), a.hidden_size
+    sizes = {"embed_tokens / lm_head (vocab x hidden)": a.vocab_size * h}
+    if f.n_dense or not f.has_moe:
+        sizes["dense mlp (intermediate x hidden)"] = a.intermediate_size * h
+    if f.has_moe:
+        sizes["moe expert (moe_intermediate x hidden)"] = a.moe_intermediate_size * h
+        sizes["shared experts"] = a.n_shared_experts * a.moe_intermediate_size * h
+        sizes["router (experts x hidden)"] = a.n_routed_experts * h
+    heads = a.num_attention_heads
+    if f.has_kda:
+        sizes["kda q/k/v/o_proj"] = a.linear_num_heads * a.linear_head_dim * h
+    if f.has_dsa:
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        sizes["mla q_b_proj"] = heads * qk * a.q_lora_rank
+        sizes["mla kv_b_proj"] = heads * (a.qk_nope_head_dim + a.v_head_dim) * a.kv_lora_rank
+        sizes["mla o_proj"] = heads * a.v_head_dim * h
+        sizes["mla q_a_proj"] = a.q_lora_rank * h
+    if any(kind not in (KDA, DSA) for kind in f.layer_types):
+        hd = a.head_dim or h // heads
+        sizes["attention q/o_proj"] = heads * hd * h
+    which = max(sizes, key=sizes.get)
+    return sizes[which], which
+
+
+def transfer_buffer_bytes(cfg: LauncherConfig) -> int:
+    """vLLM's packed IPC/NCCL buffer (`packed_buffer_size_bytes`): it must hold the largest
+    single tensor (its producer refuses a larger one; the default 1 GiB is below GLM's 1.18 GiB
+    embedding) and a whole bucket, rounded up to a MiB."""
+    elements, _ = largest_tensor_elements(cfg.model.arch)
+    need = max(elements * DTYPE_BYTES[cfg.model.dtype.value], int(SYNC_BUCKET_GIB * GIB))
+    return -(-need // TRANSFER_BUFFER_ALIGN_BYTES) * TRANSFER_BUFFER_ALIGN_BYTES
+
+
 @dataclass
 class SyncPlan:
     kind: str
@@ -33,6 +77,12 @@ class SyncPlan:
     gib_per_engine: float
     link: str
     seconds: float
+    largest_tensor_bytes: int = 0
+    """The largest single tensor streamed (model dtype), from the arch fields."""
+    largest_tensor: str = ""
+    """Which tensor that is."""
+    transfer_buffer_bytes: int = 0
+    """vLLM's packed_buffer_size_bytes for IPC/NCCL: >= largest tensor and the bucket."""
 
 
 def plan_sync(cfg: LauncherConfig, params: ParamCounts, lora: LoraPlan, trainer_gpus: int) -> SyncPlan:
@@ -53,4 +103,7 @@ def plan_sync(cfg: LauncherConfig, params: ParamCounts, lora: LoraPlan, trainer_
         send = inf.engines * nbytes * 8 / (max(trainer_gpus, 1) * rate)
         link, wire = "inter_node", max(receive, send)
     seconds = wire + buckets
-    return SyncPlan(kind=kind, bytes_per_engine=int(nbytes), gib_per_engine=nbytes / GIB, link=link, seconds=seconds)
+    largest, which = largest_tensor_elements(cfg.model.arch)
+    return SyncPlan(kind=kind, bytes_per_engine=int(nbytes), gib_per_engine=nbytes / GIB, link=link, seconds=seconds,
+                    largest_tensor_bytes=largest * dtype, largest_tensor=which,
+                    transfer_buffer_bytes=transfer_buffer_bytes(cfg))

@@ -118,3 +118,53 @@ def test_adapter_sync_serves_the_trainers_lora(tmp_path, probes):
             "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj]",
             "inference.lora_targets=[o_proj,gate_up_proj,down_proj,q_proj,k_proj,v_proj]")
     _check_probes(probes, steps)
+
+
+@pytest.fixture(scope="module")
+def vllm_engine_and_weights():
+    """One in-process vLLM engine of the tiny Qwen3 (random init) and the trainer's
+    checkpoint-named weights for it (the hf backend's model from the same arch)."""
+    from launcher.backends.hf._model import build_model, checkpoint_state
+    from launcher.backends.vllm._engine import VllmEngine
+    from launcher.compose import compose
+    from launcher.plan import make_plan
+    from launcher.rl.tokenizer import make_tokenizer
+
+    cfg = compose(["recipe=tiny_qwen3_vllm"]).config
+    tok = make_tokenizer(cfg.model.hf_path, cfg.model.arch.vocab_size)
+    engine = VllmEngine(cfg, make_plan(cfg), eos_id=tok.eos_id, pad_id=tok.pad_id, seed=0)
+    weights = list(checkpoint_state(build_model(cfg.model, tok.pad_id, seed=1)).items())
+    return engine, weights
+
+
+def _vllm_update(engine, buckets, version):
+    engine.begin_weight_update()
+    for bucket in buckets:
+        engine.load_weight_bucket(bucket)
+    engine.finish_weight_update(version)
+
+
+@pytest.mark.parametrize("fault", ["none", "missing", "unexpected", "duplicate", "shape"])
+def test_vllm_sync_manifest(vllm_engine_and_weights, fault):
+    """A complete update passes; a missing, unknown, repeated or misshapen tensor fails the
+    update with its name, and the next complete update still goes through."""
+    import re
+
+    import torch
+
+    engine, weights = vllm_engine_and_weights
+    name = weights[2][0]
+    bad = {"none": weights, "missing": weights[:2] + weights[3:],
+           "unexpected": weights + [("model.layers.0.bogus.weight", torch.zeros(4))],
+           "duplicate": weights + [weights[2]],
+           "shape": weights[:2] + [(name, torch.zeros(3))] + weights[3:]}[fault]
+    version = engine.version + 1
+    if fault == "none":
+        _vllm_update(engine, [bad[:5], bad[5:]], version)
+        assert engine.version == version
+        return
+    shown = "model.layers.0.bogus.weight" if fault == "unexpected" else name
+    with pytest.raises(ValueError, match=rf"vllm engine 0: weight update {version} .*{re.escape(shown)}"):
+        _vllm_update(engine, [bad[:5], bad[5:]], version)
+    _vllm_update(engine, [weights], version)
+    assert engine.version == version

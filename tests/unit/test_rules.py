@@ -239,6 +239,8 @@ CASES = [
       "['fancy_attn']"),
     C("RECOMP004", "dapo_sync", ["model.arch.hc_mult=1", "trainer.recompute.modules=[core_attn,mhc]"], E,
       "trainer.recompute.modules", "['mhc']"),
+    C("RECOMP006", "dapo_sync", ["trainer.recompute.modules=[core_attn,gdn_norm_out]"], E, "trainer.recompute.modules",
+      "['gdn_norm_out']", "gated delta net"),
     C("RECOMP005", "dapo_sync", ["trainer.recompute.modules=[]"], W, "trainer.recompute.modules", "empty module list"),
     # --- runtime
     C("RUN001", "dapo_sync", ["trainer.nccl_timeout_s=600"], E, "trainer.nccl_timeout_s", "nccl_timeout_s=600",
@@ -351,3 +353,10 @@ def test_batch_fix_suggests_working_samples_per_prompt(point):
     (finding,) = point(*BASES["dapo_sync_3nodes"], "algorithm.samples_per_prompt=8").of("BATCH001")
     assert "12" in finding.fix
     assert point(*BASES["dapo_sync_3nodes"], "algorithm.samples_per_prompt=12").of("BATCH001") == []
+
+
+@pytest.mark.parametrize("breaking", [["trainer.recompute.granularity=full"], ["trainer.recompute.modules=[core_attn,mhc]"]])
+def test_mhc_recompute_rules_say_they_are_the_projects_own(point, breaking):
+    """megatron-core 0.19.2 has no mHC: RECOMP001/002 must not blame it (issue 21)."""
+    (finding,) = [f for f in point(*BASES["dapo_sync"], *breaking).findings if f.id.startswith("RECOMP00")]
+    assert "project's rule" in finding.why and "0.19.2 has no mHC" in finding.why

@@ -87,3 +87,21 @@ def test_tp_engines_place_their_ray_workers_on_their_own_gpus(point):
     assert float(env["VLLM_RAY_PER_WORKER_GPUS"]) == 0.5  # the other half is the colocated trainer rank's
     tiny = point("recipe=tiny_qwen3_vllm")
     assert ray_executor_env(tiny.cfg, tiny.plan, 0) == {}
+
+
+def test_language_model_only_reaches_the_engine_when_the_config_says_so(point):
+    # GLM-5.3-Flash is a VL class: without it vLLM builds a multimodal processor that
+    # refuses to run with skip_tokenizer_init.
+    assert _kwargs(point, "recipe=dapo_fullft")["language_model_only"] is True
+    assert _kwargs(point, "recipe=tiny_qwen3_vllm", on_cpu=True)["language_model_only"] is True
+    assert "language_model_only" not in _kwargs(point, "recipe=dapo_fullft", "model.language_model_only=false")
+
+
+def test_optional_engine_args_are_dropped_only_where_vllm_lacks_them():
+    from launcher.backends.vllm._args import supported_kwargs
+
+    kw = {"model": "/m", "language_model_only": True}
+    assert supported_kwargs(kw, ["model", "language_model_only"]) == (kw, [])
+    assert supported_kwargs(kw, ["model"]) == ({"model": "/m"}, ["language_model_only"])
+    # A core argument is never dropped: LLM(...) must reject it loudly.
+    assert supported_kwargs({"bogus": 1}, ["model"]) == ({"bogus": 1}, [])

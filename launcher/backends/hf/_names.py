@@ -23,13 +23,19 @@ def checkpoint_items(model, items: Iterable[tuple[str, torch.Tensor]]) -> Iterat
         yield from revert_weight_conversion(model, {name: tensor}).items()
 
 
-def checkpoint_names_of(model, names_and_shapes: dict[str, torch.Size]) -> dict[str, set[str]]:
-    """{in-memory name: the checkpoint names it is made of}, worked out on meta tensors."""
+def checkpoint_shapes_of(model, names_and_shapes: dict[str, torch.Size]) -> dict[str, dict[str, tuple]]:
+    """{in-memory name: {checkpoint name: shape}} of the checkpoint tensors it is made of,
+    worked out on meta tensors."""
     out = {}
     for name, shape in names_and_shapes.items():
         meta = torch.empty(shape, device="meta")
-        out[name] = {k for k, _ in checkpoint_items(model, [(name, meta)])}
+        out[name] = {k: tuple(t.shape) for k, t in checkpoint_items(model, [(name, meta)])}
     return out
+
+
+def checkpoint_names_of(model, names_and_shapes: dict[str, torch.Size]) -> dict[str, set[str]]:
+    """{in-memory name: the checkpoint names it is made of}, worked out on meta tensors."""
+    return {name: set(parts) for name, parts in checkpoint_shapes_of(model, names_and_shapes).items()}
 
 
 class ModelNameAssembler:
@@ -45,7 +51,10 @@ class ModelNameAssembler:
         transforms = get_model_conversion_mapping(model, add_legacy=False)
         self.renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
         self.converters = [t for t in transforms if isinstance(t, WeightConverter)]
-        self.sources = checkpoint_names_of(model, shapes)
+        parts = checkpoint_shapes_of(model, shapes)
+        self.sources = {target: set(p) for target, p in parts.items()}
+        self.expected = {name: shape for p in parts.values() for name, shape in p.items()}
+        """{checkpoint name: shape}: every checkpoint tensor of the model (the sync manifest)."""
         self.target_of = {src: target for target, srcs in self.sources.items() for src in srcs}
         self.pending: dict[str, dict[str, torch.Tensor]] = {}
 

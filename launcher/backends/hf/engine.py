@@ -13,6 +13,7 @@ import os
 
 import torch
 
+from launcher.backends._manifest import SyncManifest
 from launcher.backends.hf import _lora
 from launcher.backends.hf._model import VISION_PREFIX, build_model
 from launcher.backends.hf._names import ModelNameAssembler
@@ -43,6 +44,8 @@ class HfEngine:
         """The update between begin and finish (None otherwise)."""
         self._adapter_tensors: dict = {}
         self._names: ModelNameAssembler | None = None
+        self._manifest: SyncManifest | None = None
+        """Checkpoint names received by this update's "weights" buckets (None: none yet)."""
 
     def pid(self) -> int:
         return os.getpid()
@@ -67,7 +70,7 @@ class HfEngine:
                 raise RuntimeError(f"engine {self.index} dropped its weights (sleep level 2) and got only an "
                                    "adapter; send the base with it (begin_export(with_base=True))")
             self.model.to_empty(device="cpu" if self.asleep_level else self.device)
-        self._update, self._adapter_tensors = update, {}
+        self._update, self._adapter_tensors, self._manifest = update, {}, None
 
     def load_weight_bucket(self, bucket: WeightBucket) -> int:
         if self._update is None:
@@ -75,19 +78,23 @@ class HfEngine:
         if bucket.kind == "adapter":
             self._adapter_tensors.update(bucket.tensors)
         else:
-            self._load_full(dict(bucket.tensors))
+            if self._manifest is None:
+                self._manifest = SyncManifest(self._assembler().expected, who=f"hf engine {self.index}")
+            known = [(n, t) for n, t in bucket.tensors if self._manifest.add(n, tuple(t.shape))]
+            self._load_full(dict(known))
         return len(bucket.tensors)
 
     def finish_weight_update(self, version: int) -> None:
-        update, adapter_tensors = self._update, self._adapter_tensors
-        self._update, self._adapter_tensors = None, {}
+        update, adapter_tensors, manifest = self._update, self._adapter_tensors, self._manifest
+        self._update, self._adapter_tensors, self._manifest = None, {}, None
         if update is None:
             raise RuntimeError(f"engine {self.index}: finish_weight_update without begin")
-        missing = self._assembler().unfinished() if self._names is not None else []
-        if missing:
+        if self._names is not None:
             self._names.pending.clear()
-            raise ValueError(f"engine {self.index}: weight update {version} ended without checkpoint tensors "
-                             f"{missing[:5]} ({len(missing)} missing)")
+        if manifest is not None:
+            # Weights arrived: a full or merged update, or an adapter's base, ships every
+            # checkpoint tensor. (An update without weight buckets only announces a version.)
+            manifest.check(version, full=True)
         if update.adapter is not None:
             if not hasattr(self.model, "peft_config"):
                 self.model = _lora.wrap(self.model, update.adapter).eval()

@@ -14,6 +14,9 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # The smallest KV cache a CPU engine gets: vLLM needs room for at least one full block
 # per sequence, and the tiny recipes' planned cache is a few hundred KiB.
 _MIN_CPU_CACHE_BYTES = 32 << 20
+OPTIONAL_ENGINE_ARGS = ("language_model_only",)
+"""Engine arguments passed only where the installed vLLM's EngineArgs has the field
+(language_model_only: vLLM >= 0.11; 0.32 has it in engine/arg_utils.py)."""
 WORKER_EXTENSION = "launcher.backends.vllm._worker.WeightSyncExtension"
 
 
@@ -54,6 +57,10 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
         logprobs_mode="processed_logprobs",
         worker_extension_cls=WORKER_EXTENSION,
     )
+    if cfg.model.language_model_only:
+        # Without it vLLM builds Glm5Next's multimodal processor, which refuses to start with
+        # skip_tokenizer_init (renderers/base.py); text-only models ignore it.
+        kwargs["language_model_only"] = True
     if cfg.model.hf_path is None:
         # Random init: the trainer pushes its weights before the first generation.
         kwargs["load_format"] = "dummy"
@@ -73,6 +80,17 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
         if inf.lora_targets:
             kwargs["lora_target_modules"] = list(inf.lora_targets)
     return kwargs
+
+
+def supported_kwargs(kwargs: dict, engine_arg_names) -> tuple[dict, list[str]]:
+    """`kwargs` less the optional ones the installed vLLM's EngineArgs lacks, and their names.
+
+    Only keys in OPTIONAL_ENGINE_ARGS are dropped: a core argument vLLM does not know must
+    still fail at LLM(...) rather than be silently ignored.
+    """
+    names = set(engine_arg_names)
+    dropped = [k for k in OPTIONAL_ENGINE_ARGS if k in kwargs and k not in names]
+    return {k: v for k, v in kwargs.items() if k not in dropped}, dropped
 
 
 def ray_executor_env(cfg: LauncherConfig, plan: Plan, engine_index: int) -> dict[str, str]:

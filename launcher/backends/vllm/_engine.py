@@ -11,8 +11,9 @@ import logging
 import os
 from collections import deque
 
+from launcher.backends._manifest import SyncManifest
 from launcher.backends.protocols import Generation, GenerationRequest
-from launcher.backends.vllm._args import adapter_sync, engine_kwargs, ray_executor_env
+from launcher.backends.vllm._args import adapter_sync, engine_kwargs, ray_executor_env, supported_kwargs
 from launcher.backends.vllm._model_dir import engine_model_dir
 from launcher.backends.vllm._sampling import tokens_and_logprobs, vllm_sampling_params
 from launcher.backends.vllm._transfer import engine_rank_offset
@@ -53,6 +54,14 @@ def _set_process_env() -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
+def _engine_arg_names() -> list[str]:
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    return [f.name for f in dataclasses.fields(EngineArgs)]
+
+
 class VllmEngine:
     def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int, engine_index: int = 0):
         _set_process_env()
@@ -75,6 +84,10 @@ class VllmEngine:
         for logger_name, suffix in _EXPECTED_WARNINGS:
             logging.getLogger(logger_name).addFilter(_DropMessage(suffix))
         kwargs = engine_kwargs(cfg, plan, engine_model_dir(cfg.model, pad_id, eos_id), on_cpu=self.on_cpu, seed=seed)
+        kwargs, dropped = supported_kwargs(kwargs, _engine_arg_names())
+        if dropped:
+            log.warning("vllm engine %d: the installed vLLM's EngineArgs has no %s; starting without",
+                        engine_index, ", ".join(dropped))
         self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
         self.transfer_backend: str | None = kwargs.get("weight_transfer_config", {}).get("backend")
         """"ipc" / "nccl" when the trainer pushes merged weights over the GPU transfer, else None."""
@@ -86,6 +99,10 @@ class VllmEngine:
         self._told_no_sleep = False
         self._lora = None
         self._request_ids = itertools.count()
+        self._model_cfg, self._pad_id = cfg.model, pad_id
+        self._expected: dict | None = None
+        self._manifest: SyncManifest | None = None
+        """Checkpoint names received by the update in progress (the sync manifest)."""
 
     # ---- generation -------------------------------------------------------------------------
 
@@ -156,16 +173,36 @@ class VllmEngine:
     def begin_weight_update(self) -> None:
         """Merged weights follow (every parameter, in buckets); they also restore a level-2 sleep."""
         self._wake_weights()
+        self._open_manifest()
         self.llm.collective_rpc("begin_weight_reload")
 
     def load_weight_bucket(self, bucket: list) -> int:
-        """Load one bucket of (HF name, tensor) pairs on every worker of this engine."""
-        return self.llm.collective_rpc("load_weight_bucket", args=(bucket,))[0]
+        """Load one bucket of (checkpoint name, tensor) pairs on every worker of this engine;
+        names the model lacks and repeats are recorded for the manifest and not loaded."""
+        known = [(n, t) for n, t in bucket if self._manifest.add(n, tuple(t.shape))]
+        if known:
+            self.llm.collective_rpc("load_weight_bucket", args=(known,))
+        return len(bucket)
 
     def finish_weight_update(self, version: int) -> None:
         self.llm.collective_rpc("finish_weight_reload")
+        self._check_manifest(version)
         self.has_weights = True
         self._updated(version)
+
+    def _open_manifest(self) -> None:
+        if self._expected is None:
+            from launcher.backends.vllm._expected import expected_shapes
+
+            self._expected = expected_shapes(self._model_cfg, self._pad_id)
+        self._manifest = SyncManifest(self._expected, who=f"vllm engine {self.engine_index}")
+
+    def _check_manifest(self, version: int) -> None:
+        """Every full update ends here: missing, unexpected, repeated or misshapen names fail it
+        (after the reload is closed, so the engine stays usable for the next update)."""
+        manifest, self._manifest = self._manifest, None
+        if manifest is not None:
+            manifest.check(version, full=True)
 
     def _updated(self, version: int) -> None:
         # Cached prefixes hold K/V computed by the old weights.
@@ -199,15 +236,22 @@ class VllmEngine:
 
     def transfer_start(self) -> None:
         self._wake_weights()
+        self._open_manifest()
         self.llm.start_weight_update()
 
     def transfer_update(self, update_info: dict) -> None:
+        # IPC and NCCL update infos both list the round's names and shapes (vLLM 0.32).
+        for name, shape in zip(update_info.get("names", []), update_info.get("shapes", []), strict=False):
+            self._manifest.add(name, tuple(shape))
         self.llm.update_weights({"update_info": update_info})
 
     def transfer_finish(self, weight_version: str | None) -> None:
         self.llm.finish_weight_update()
+        self.llm.collective_rpc("clear_derived_caches")  # GLM's caches of the old weights (_worker.py)
+        version = int(weight_version) if weight_version is not None else self.version + 1
+        self._check_manifest(version)
         self.has_weights = True
-        self._updated(int(weight_version) if weight_version is not None else self.version + 1)
+        self._updated(version)
 
     def transfer_shutdown(self) -> None:
         self.llm.shutdown_weight_transfer_engine()

@@ -14,6 +14,7 @@ rank (rank 0 drives the engines, the others join the gathers). The trainer backe
 that through launcher/backends/_stream.py (connect_weight_transfer / send_weights),
 which the loop uses whenever the engines report a transfer (weight_transfer()).
 """
+from launcher.plan.sync import transfer_buffer_bytes
 from launcher.schema.root import LauncherConfig
 
 
@@ -66,19 +67,28 @@ def trainer_sender(cfg: LauncherConfig, engines: list, source, *, rank: int,
     """
     from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
+    info = trainer_init_info(cfg, rank=rank, master_address=master_address, master_port=master_port)
+    return WeightTransferTrainerFactory.trainer_init(info, client=EngineGroupClient(engines), source=source)
+
+
+def trainer_init_info(cfg: LauncherConfig, *, rank: int, master_address: str | None = None,
+                      master_port: int | None = None):
+    """vLLM's trainer init info, its packed buffer sized by the plan (plan/sync.py): vLLM's
+    1 GiB default is smaller than GLM's embedding and lm_head, and the producer refuses those.
+    The trainer ships the buffer size to the workers at init, so both sides agree."""
+    buffer_bytes = transfer_buffer_bytes(cfg)
     if transfer_backend(cfg) == "ipc":
         from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
 
-        info = IPCTrainerInitInfo(rank=rank, packed=True)
+        return IPCTrainerInitInfo(rank=rank, packed=True, packed_buffer_size_bytes=buffer_bytes)
     else:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
         if master_address is None or master_port is None:
             raise ValueError("NCCL weight transfer needs master_address and master_port of trainer rank 0")
         world_size = 1 + cfg.inference.engines * cfg.inference.tp
-        info = NCCLTrainerInitInfo(master_address=master_address, master_port=master_port,
-                                   world_size=world_size, rank=rank)
-    return WeightTransferTrainerFactory.trainer_init(info, client=EngineGroupClient(engines), source=source)
+        return NCCLTrainerInitInfo(master_address=master_address, master_port=master_port,
+                                   world_size=world_size, rank=rank, packed_buffer_size_bytes=buffer_bytes)
 
 
 def stream_source(named):

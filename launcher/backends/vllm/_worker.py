@@ -15,6 +15,22 @@ faster CUDA-IPC and NCCL transfers are vLLM's own weight-transfer engines (_tran
 """
 import torch
 
+DERIVED_CACHES = ("_merged_conv_weight", "_wp_fp32")
+"""Tensors vLLM's GLM layers derive from weights once and rebuild only when None (0.32: KDA's
+merged q/k/v conv weight, kda.py; the DSA indexer's fp32 weights_proj, attention.py). A
+weight update leaves them stale (vllm#55087)."""
+
+
+def clear_derived_caches(model) -> int:
+    """Reset every derived cache in `model` to None; a model (or a vLLM) without them is untouched."""
+    cleared = 0
+    for module in model.modules():
+        for attr in DERIVED_CACHES:
+            if getattr(module, attr, None) is not None:
+                setattr(module, attr, None)
+                cleared += 1
+    return cleared
+
 
 class WeightSyncExtension:
     def begin_weight_reload(self) -> None:
@@ -36,3 +52,8 @@ class WeightSyncExtension:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
         finalize_layerwise_reload(self.model_runner.get_model(), self.model_config)
+        self.clear_derived_caches()
+
+    def clear_derived_caches(self) -> int:
+        """After every finished update (bucketed here; the engine calls it after GPU transfers)."""
+        return clear_derived_caches(self.model_runner.get_model())

@@ -1,7 +1,15 @@
-"""Activation recompute and fused-kernel rules for models with mHC (DOMAIN.md section 2)."""
+"""Activation recompute and fused-kernel rules for models with mHC (DOMAIN.md section 2).
+
+RECOMP001/RECOMP002 are this project's own rules, not megatron-core's: megatron-core 0.19.2
+has no mHC, and the project's mHC layer (model/) does not thread megatron's activation
+checkpoint managers through the hyper-connections.
+"""
 from launcher.validate.registry import error, rule, warning
 
 SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "gdn_norm_out")
+GDN_ONLY = ("gdn_norm_out",)
+"""megatron-core accepts these only when the model has gated delta net layers; no model here has
+any (GLM-5.3-Flash's linear attention is KDA), so the arch facts never enable them."""
 NOT_WITH_MHC = ("mhc", "layernorm", "mlp")
 
 
@@ -10,7 +18,8 @@ def full_with_mhc(cfg, plan):
     """Full recompute is rejected with mHC."""
     if plan.arch.has_mhc and cfg.trainer.recompute.granularity.value == "full":
         yield error("RECOMP001", "trainer.recompute.granularity", "recompute granularity=full with mHC",
-                    "megatron-core rejects full activation recompute for hyper-connection layers at model build.",
+                    "This project's rule, not megatron-core's (0.19.2 has no mHC): the project's mHC layer does not "
+                    "thread megatron's activation checkpoint managers, so full recompute of its layers is not supported.",
                     "Use granularity=selective with modules=[core_attn, moe].")
 
 
@@ -23,7 +32,9 @@ def modules_with_mhc(cfg, plan):
     bad = [m for m in r.modules if m in NOT_WITH_MHC]
     if bad:
         yield error("RECOMP002", "trainer.recompute.modules", f"recompute modules {bad} with mHC",
-                    "The mHC layer does not thread `mhc` recompute (silently dropped) and rejects layernorm and mlp.",
+                    "This project's rule, not megatron-core's (0.19.2 has no mHC): the project's mHC layer does not "
+                    "thread megatron's checkpoint managers, so `mhc` recompute would be silently dropped, and it "
+                    "rejects layernorm and mlp.",
                     f"Remove {bad}; use e.g. [core_attn, moe].")
 
 
@@ -42,11 +53,23 @@ def selective_num_layers(cfg, plan):
 def known_modules(cfg, plan):
     """Selective modules are names megatron-core knows."""
     known = SELECTIVE_MODULES + (("mhc",) if plan.arch.has_mhc else ())  # RECOMP002 explains `mhc` with mHC
-    unknown = [m for m in cfg.trainer.recompute.modules if m not in known]
+    unknown = [m for m in cfg.trainer.recompute.modules if m not in known and m not in GDN_ONLY]
     if unknown:
         yield error("RECOMP004", "trainer.recompute.modules", f"unknown recompute modules {unknown}",
                     "megatron-core 0.19.2 rejects unknown selective-recompute module names.",
                     f"Use names from {list(SELECTIVE_MODULES)}.")
+
+
+@rule("RECOMP006")
+def gdn_modules_without_gdn(cfg, plan):
+    """gdn_norm_out recompute needs gated delta net layers."""
+    bad = [m for m in cfg.trainer.recompute.modules if m in GDN_ONLY]
+    if bad and cfg.trainer.recompute.granularity.value == "selective":
+        kind = "KDA (kimi delta attention)" if plan.arch.has_kda else "none"
+        yield error("RECOMP006", "trainer.recompute.modules", f"recompute modules {bad} without gated delta net",
+                    f"megatron-core accepts {bad} only when the model has gated delta net layers; this model's "
+                    f"linear attention is {kind}, not GDN.",
+                    f"Remove {bad}; use e.g. [core_attn, moe].")
 
 
 @rule("RECOMP005")
