@@ -4,14 +4,32 @@ Every blocking call goes through `_get`, which turns a dead actor into ActorDied
 naming the actor, its pid and slot, so a crash reads as "trainer rank 1 (pid 4242, node 0
 GPU 1) died during train_step" rather than a Ray traceback.
 """
+import os
 import re
 
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from launcher.orchestrate.cluster import secret_worker_env
+
 
 class ActorDiedError(RuntimeError):
     """A trainer rank or engine process ended while the run needed it."""
+
+
+def _remote_with_secrets(cls):
+    """ray.remote of `cls` whose constructor first sets the session's secret variables in
+    os.environ (before the backend starts anything that reads them, such as vLLM's
+    workers, which inherit it). Returns (remote class, extra leading constructor args)."""
+
+    class WithSecretEnv(cls):
+        def __init__(self, secret_env: dict[str, str], *args, **kwargs):
+            os.environ.update(secret_env)
+            super().__init__(*args, **kwargs)
+
+    WithSecretEnv.__name__, WithSecretEnv.__qualname__ = cls.__name__, cls.__qualname__
+    WithSecretEnv.__doc__ = cls.__doc__
+    return ray.remote(WithSecretEnv), (secret_worker_env(),)
 
 
 def _options(slot, name: str) -> dict:
@@ -33,7 +51,8 @@ class _Group:
     def _add(self, handle, label: str, slot) -> None:
         self.actors.append(handle)
         self.labels.append(label)
-        self.info.append({"role": self.role, "label": label, "node": slot.node, "gpu": slot.gpu, "pid": None})
+        self.info.append({"role": self.role, "label": label, "node": slot.node, "gpu": slot.gpu, "pid": None,
+                          "ray_node_id": None, "host": None, "ip": None})
 
     def _get(self, refs: list, what: str) -> list:
         """Results of one call per actor (or per actor of a prefix: trainer rank 0 alone).
@@ -58,6 +77,16 @@ class _Group:
     def wait_ready(self) -> None:
         for info, pid in zip(self.info, self.call("pid"), strict=True):
             info["pid"] = pid
+        where = self._get([a.__ray_call__.remote(_ray_node) for a in self.actors], "ray_node")
+        for info, (node_id, host, ip) in zip(self.info, where, strict=True):
+            info["ray_node_id"], info["host"], info["ip"] = node_id, host, ip
+
+
+def _ray_node(actor_self) -> tuple[str, str, str]:
+    """Runs inside an actor (Ray's __ray_call__): (Ray node id, host name, IP) of its process."""
+    import socket
+
+    return ray.get_runtime_context().get_node_id(), socket.gethostname(), ray.util.get_node_ip_address()
 
 
 def _who(label: str, info: dict) -> str:
@@ -101,10 +130,10 @@ class TrainerGroup(_Group):
         self.world, self.dp = plan.mesh.world, plan.mesh.dp
         self.model_parallel = plan.mesh.world != plan.mesh.dp or plan.mesh.ep * plan.mesh.etp > 1
         self._transfer_connected = False
-        remote_cls = ray.remote(cls)
+        remote_cls, secrets = _remote_with_secrets(cls)
         for rank, gpu_slot in enumerate(plan.placement.trainer_slots):
             slot = placement.slot(gpu_slot)
-            handle = remote_cls.options(**_options(slot, f"trainer-{rank}")).remote(config, rank, self.world)
+            handle = remote_cls.options(**_options(slot, f"trainer-{rank}")).remote(*secrets, config, rank, self.world)
             self._add(handle, f"trainer rank {rank}", slot)
 
     def start(self) -> None:
@@ -174,13 +203,13 @@ class EngineGroup(_Group):
 
     def __init__(self, cls, config, plan, placement):
         super().__init__()
-        remote_cls = ray.remote(cls)
+        remote_cls, secrets = _remote_with_secrets(cls)
         for index, gpu_slots in enumerate(plan.placement.engine_slots):
             slot = placement.slot(gpu_slots[0])
             options = _options(slot, f"engine-{index}")
             if len(gpu_slots) > 1:
                 options.pop("num_gpus", None)  # a multi-GPU engine's own per-GPU workers claim the GPUs
-            handle = remote_cls.options(**options).remote(config, index)
+            handle = remote_cls.options(**options).remote(*secrets, config, index)
             self._add(handle, f"engine {index}", slot)
         self.least_loaded = config.inference.router.policy.value == "least_loaded"
         self.in_flight = [0] * len(self.actors)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from launcher.orchestrate.cluster import gpu_resource, ray_session
 from launcher.orchestrate.groups import ActorDiedError, EngineGroup, TrainerGroup
-from launcher.orchestrate.placement import Placement
+from launcher.orchestrate.placement import Placement, PlacementError
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 3, 130
 PLACEMENT_TIMEOUT_S = 120.0
@@ -67,7 +67,8 @@ def place_groups(config, plan, embedded: bool, with_engines: bool = True):
     run, `export` (trainers only) and `eval` bring them up the same way."""
     from launcher.backends import engine_class, trainer_class
 
-    placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(embedded), embedded)
+    where = "the embedded Ray" if embedded else f"the Ray cluster at {config.cluster.ray_address}"
+    placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(embedded), embedded, where)
     placement.ready(PLACEMENT_TIMEOUT_S)
     trainers = TrainerGroup(trainer_class(config.trainer.backend.value), config, plan, placement)
     engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement) if with_engines \
@@ -143,7 +144,7 @@ def launch(composed, plan, run_dir) -> int:
         except KeyboardInterrupt:
             sys.stderr.write(f"interrupted; Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return EXIT_INTERRUPTED
-        except (ActorDiedError, CheckpointError, RewardFnError) as err:  # no space, a damaged checkpoint, a bad reward_fn
+        except (ActorDiedError, CheckpointError, PlacementError, RewardFnError) as err:  # expected failures: no traceback
             sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return EXIT_RUN_FAILED
         except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown
