@@ -34,6 +34,7 @@ def test_readme_commands_parse_and_name_real_configs():
 
 def test_ci_runs_exactly_the_readme_test_command():
     test_cmd = ("bash scripts/setup_vllm_cpu.sh && .venv/bin/python -m pytest -q && "
-                ".venv-vllm/bin/python -m pytest tests/integration/test_vllm_cpu.py -q")
+                ".venv-vllm/bin/python -m pytest tests/integration/test_vllm_cpu.py tests/integration/test_vllm_glm_names.py "
+                "tests/unit/test_data_formats.py -q")
     assert f"    {test_cmd}\n" in README
     assert (ROOT / ".ci/run").read_text().strip().splitlines()[-1] == test_cmd
