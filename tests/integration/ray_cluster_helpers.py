@@ -27,6 +27,29 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+WORKER_PORTS = 51
+
+
+def _free_range(count: int = WORKER_PORTS) -> int:
+    """First port of `count` free consecutive ports below the kernel's ephemeral range
+    (where bind(0) draws the component ports), so the two can never collide."""
+    import random
+
+    for _ in range(200):
+        base = random.randrange(20000, 32000 - count)
+        try:
+            socks = [socket.socket() for _ in range(count)]
+            for i, sock in enumerate(socks):
+                sock.bind(("127.0.0.1", base + i))
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+        return base
+    raise RuntimeError("no free range of worker ports in 20000-32000")
+
+
 class RayCluster:
     """`ray start --head` plus `ray start --address` workers, each with declared CPUs/GPUs."""
 
@@ -37,9 +60,10 @@ class RayCluster:
         self.address: str | None = None
 
     def _start(self, args: list[str], num_cpus: int, num_gpus: int, resources: str | None) -> None:
-        ports = _free_ports(len(_PORT_FLAGS) + 2)
+        ports = _free_ports(len(_PORT_FLAGS))
+        workers = _free_range()
         cmd = [RAY, "start", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--disable-usage-stats",
-               f"--min-worker-port={ports[-2]}", f"--max-worker-port={ports[-2] + 50}", *args]
+               f"--min-worker-port={workers}", f"--max-worker-port={workers + WORKER_PORTS - 1}", *args]
         cmd += [f"{flag}={port}" for flag, port in zip(_PORT_FLAGS, ports, strict=False)]
         if resources:
             cmd.append(f"--resources={resources}")
