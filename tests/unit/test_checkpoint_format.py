@@ -7,14 +7,12 @@ exports it again; the export must equal the files bit for bit, under the same na
     .venv/bin/python -m pytest tests/unit/test_checkpoint_format.py -q
 """
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.unit.megatron_world import init_world_of_one, megatron_core  # noqa: F401  (skips without megatron-core)
+from tests.unit.megatron_world import init_world_of_one, megatron_core, run_on_two_ranks  # noqa: F401  (skips without megatron-core)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -86,20 +84,7 @@ def _worker(rank: int, store: str, folder: str, queue) -> None:
 
 @pytest.fixture(scope="module")
 def mesh_results(tiny_glm_checkpoint) -> dict:
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    store = tempfile.NamedTemporaryFile(prefix="gloo-", delete=False).name
-    os.unlink(store)
-    procs = [ctx.Process(target=_worker, args=(r, store, str(tiny_glm_checkpoint), queue)) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    results = dict(queue.get(timeout=300) for _ in procs)
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
-    return results
+    return run_on_two_ranks(_worker, str(tiny_glm_checkpoint))
 
 
 @pytest.mark.slow

@@ -10,12 +10,11 @@ tests/gpu/test_megatron_resume_gpu.py; its range-to-chunk cutting is checked her
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.unit.megatron_world import init_world_of_one
+from tests.unit.megatron_world import init_world_of_one, run_on_two_ranks
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -273,7 +272,6 @@ def test_checkpoints_reshard_between_one_rank_and_two_rank_meshes(tmp_path):
     """World of one -> DP2 / TP2 / EP2 / TP2+ETP2 (full and LoRA), one step there, and back
     to one rank: every weight, buffer and AdamW moment, gathered whole, equals what was
     saved, bit for bit; each key also reads back whole without a process group."""
-    import torch.multiprocessing as mp
 
     from launcher.backends.megatron import _checkpoint
 
@@ -285,17 +283,7 @@ def test_checkpoints_reshard_between_one_rank_and_two_rank_meshes(tmp_path):
         _checkpoint.save(folder, model, optimizer, _ident(lora))
         whole = _whole(model, optimizer)
         torch.save(whole if not lora else {k: v for k, v in whole.items() if "lora_" in k}, f"{folder}.pt")
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    store = tempfile.NamedTemporaryFile(prefix="gloo-", delete=False).name
-    os.unlink(store)
-    procs = [ctx.Process(target=_reshard_worker, args=(r, store, str(tmp_path), queue)) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    results = dict(queue.get(timeout=600) for _ in procs)
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    results = run_on_two_ranks(_reshard_worker, str(tmp_path), timeout_s=600)
     print("worst |loaded - saved| on two ranks:", json.dumps(results[0]))
     assert all(v == 0.0 for r in results.values() for v in r.values()), results
     init_world_of_one()

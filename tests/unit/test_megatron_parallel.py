@@ -4,12 +4,10 @@ the way Megatron's DDP + finalize_model_grads do). The same code runs on GPUs wi
 
     .venv/bin/python -m pytest tests/unit/test_megatron_parallel.py -q
 """
-import os
-import tempfile
 
 import pytest
 
-from tests.unit.megatron_world import megatron_core  # noqa: F401  (skips without megatron-core)
+from tests.unit.megatron_world import megatron_core, run_on_two_ranks  # noqa: F401  (skips without megatron-core)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -259,20 +257,7 @@ def _worker(rank: int, store: str, queue) -> None:
 
 @pytest.fixture(scope="module")
 def mesh_results() -> dict:
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    store = tempfile.NamedTemporaryFile(prefix="gloo-", delete=False).name
-    os.unlink(store)
-    procs = [ctx.Process(target=_worker, args=(r, store, queue)) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    results = dict(queue.get(timeout=300) for _ in procs)
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
-    return results
+    return run_on_two_ranks(_worker)
 
 
 @pytest.mark.parametrize("name", list(MESHES))
