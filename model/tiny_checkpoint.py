@@ -10,6 +10,7 @@ index, and generation_config lists several eos ids as GLM's does.
     from model.tiny_checkpoint import write_tiny_checkpoint
     write_tiny_checkpoint("/tmp/tiny_glm")                  # glm5_next, vision tower included
     write_tiny_checkpoint("/tmp/tiny_qwen3", "tiny_qwen3")  # plain qwen3
+    write_tiny_tokenizer("data/tiny_tokenizer")              # the tokenizer files alone
 """
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -130,7 +131,17 @@ def write_tiny_checkpoint(out_dir, descriptor: str = "tiny", *, shards: int = 5,
     return out_dir
 
 
-if __name__ == "__main__":  # python -m model.tiny_checkpoint OUT_DIR [DESCRIPTOR]
+def write_tiny_tokenizer(out_dir) -> Path:
+    """The checkpoint's tokenizer files and generation_config.json alone: what the default
+    recipe's random-init model reads through model.tokenizer_path (data/tiny_tokenizer is this
+    output; tests/unit/test_tiny_checkpoint.py checks it still matches)."""
+    out_dir = Path(out_dir)
+    _save_generation_config(out_dir, build_tokenizer(out_dir))
+    return out_dir
+
+
+if __name__ == "__main__":  # python -m model.tiny_checkpoint OUT_DIR [DESCRIPTOR | tokenizer]
     import sys
 
-    print(write_tiny_checkpoint(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "tiny"))
+    what = sys.argv[2] if len(sys.argv) > 2 else "tiny"
+    print(write_tiny_tokenizer(sys.argv[1]) if what == "tokenizer" else write_tiny_checkpoint(sys.argv[1], what))

@@ -16,8 +16,13 @@ the real column names and types (nothing may be downloaded here):
 - dapo_math_sample.parquet: BytedTsinghua-SIA/DAPO-Math-17k: data_source "math_dapo",
   prompt = [{content, role}] with DAPO's instruction around the problem, ability "MATH",
   reward_model {ground_truth, style}, extra_info {index: uuid}.
+- copy_train.parquet / copy_val.parquet: the default recipe's task in verl's layout: copy
+  one or two digits ("c57" -> "57", "c5." -> "5"), then end the turn. The answers differ in
+  length, so the model must learn where to stop (EOS); the two files hold disjoint digit
+  strings, so held-out accuracy measures copying, not recall. Both lengths are equally likely.
 """
 import json
+import random
 import sys
 import uuid
 from pathlib import Path
@@ -72,8 +77,44 @@ def dapo_math() -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
+COPY_LENGTHS = (1, 2)
+COPY_FILL = "."
+"""Pads every prompt to two digits ("c5."), so the k-th answer token always copies the prompt
+token three places back, and the end of the digits is a token the model can see. Three back
+is inside the reach of KDA's short convolution (kernel 4): the tiny random-init model learns
+it in ~150 steps, where the copy from four or more places back (three digits, or a "="
+after them) took it over twice as many (measured, seed 0)."""
+COPY_VAL_FRACTION = 0.2
+COPY_ROWS = {"train": 1500, "val": 128}
+
+
+def _copy_strings(split: str) -> list[list[str]]:
+    """Per length, the digit strings of `split`: a seeded 80/20 split of all strings of that
+    length (10, 100, 1000), so train and val never share one."""
+    out = []
+    for length in COPY_LENGTHS:
+        strings = [str(i).zfill(length) for i in range(10**length)]
+        random.Random(f"copy-split:{length}").shuffle(strings)
+        cut = max(1, round(len(strings) * COPY_VAL_FRACTION))
+        out.append(strings[:cut] if split == "val" else strings[cut:])
+    return out
+
+
+def copy_task(split: str) -> pa.Table:
+    by_length, rng, rows = _copy_strings(split), random.Random(f"copy-rows:{split}"), []
+    for i in range(COPY_ROWS[split]):
+        digits = rng.choice(by_length[i % len(COPY_LENGTHS)])
+        prompt = f"c{digits.ljust(max(COPY_LENGTHS), COPY_FILL)}"
+        rows.append({"data_source": "synthetic_copy", "prompt": [{"role": "user", "content": prompt}],
+                     "ability": "copy", "reward_model": {"style": "rule", "ground_truth": digits},
+                     "extra_info": {"split": split, "index": i}})
+    rng.shuffle(rows)
+    return pa.Table.from_pylist(rows)
+
+
 SAMPLES = {"openai_gsm8k_sample.parquet": openai_gsm8k, "verl_gsm8k_sample.parquet": verl_gsm8k,
-           "skyrl_gsm8k_sample.parquet": skyrl_gsm8k, "dapo_math_sample.parquet": dapo_math}
+           "skyrl_gsm8k_sample.parquet": skyrl_gsm8k, "dapo_math_sample.parquet": dapo_math,
+           "copy_train.parquet": lambda: copy_task("train"), "copy_val.parquet": lambda: copy_task("val")}
 
 
 def main(out_dir: Path = DATA) -> None:

@@ -5,13 +5,16 @@ from launcher.schema._docs import key_reference
 USAGE = """\
 GLM-5.3-Flash RL launcher: validate -> plan -> Ray -> train.
 
-  python -m launcher [overrides]                  run (default recipe: tiny_grpo)
+  python -m launcher [overrides]                  run (default recipe: tiny_grpo_chat)
   python -m launcher plan [overrides]             checks + plan tables; starts nothing
   python -m launcher validate [overrides] [--all] [--format text|json]
   python -m launcher mesh [overrides] [--format text|json]   legal meshes, ranked
   python -m launcher -m plan trainer.mesh.tp=2,4  sweep (every point validated first)
   python -m launcher export CHECKPOINT_DIR OUT_DIR [--adapter]   HF folder (LoRA merged) or PEFT adapter
   python -m launcher eval CHECKPOINT_DIR [overrides] [--format json]   held-out greedy / mean@k scores
+  python -m launcher [-m] submit cluster.ray_address=HOST:6379 [overrides]   each legal point as a Ray job
+  python -m launcher jobs [run.output_dir=DIR] [--format json]   submitted jobs and their live state
+  python -m launcher sbatch [overrides]           a Slurm script: Ray on the allocation, then the run
 
 Flags: -m/--multirun, --cfg job|all (print the composed config and exit),
        --keep sequences_per_step (plan: re-plan the batch for this cluster),

@@ -95,11 +95,17 @@ def _write_model(cfg, trainers, folder: Path) -> int:
 
 
 def _write_random_init_config(cfg, folder: Path) -> None:
-    """A run without a base checkpoint: config.json from model.arch (no tokenizer exists)."""
+    """A run without a base checkpoint: config.json from model.arch, and the files of
+    model.tokenizer_path when it has one (the character tokenizer has no files), so the
+    folder loads with AutoTokenizer and generates with the run's eos ids."""
     from launcher.backends.hf._model import hf_config
-    from launcher.rl.tokenizer import PAD_ID
+    from launcher.export.writer import copy_base_files
+    from launcher.rl.tokenizer import make_tokenizer, tokenizer_folder
 
-    hf_config(cfg.model.arch, PAD_ID).save_pretrained(folder)
+    hf_config(cfg.model.arch, make_tokenizer(cfg.model).pad_id).save_pretrained(folder)
+    found = tokenizer_folder(cfg.model)
+    if found is not None:
+        copy_base_files(found[1], folder)
 
 
 def _export_on_ray(composed, plan, checkpoint: Path, staging: Path, adapter: bool) -> int:

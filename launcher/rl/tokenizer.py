@@ -1,8 +1,11 @@
-"""Tokenizers: a built-in character tokenizer for random-init models, HF's for checkpoints.
+"""Tokenizers: HF's from a folder on disk, or a built-in character tokenizer.
 
-A random-init model (model.hf_path null) has no tokenizer on disk and nothing may be
-downloaded, so the tiny recipes use a fixed character vocabulary built here. Its ids are
-stable across versions because checkpoints and rollouts store ids, not text.
+The folder is model.tokenizer_path, else the checkpoint's (model.hf_path). A random-init
+model without either has no tokenizer on disk and nothing may be downloaded, so it gets a
+fixed character vocabulary built here, whose ids are stable across versions because
+checkpoints and rollouts store ids, not text. The default recipe instead pairs its random
+init with the tiny checkpoint fixture's trained BPE tokenizer and chat template
+(data/tiny_tokenizer/), so the laptop demo reads prompts as a real checkpoint would.
 
 A checkpoint's turn can end at several tokens: GLM's generation_config.json lists
 <|endoftext|>, <|user|> and <|observation|>. `eos_ids` holds all of them; the engines stop
@@ -11,6 +14,8 @@ on any (hf sampling, vLLM's stop_token_ids) and `decode` cuts a response at the 
 import json
 from pathlib import Path
 from typing import Protocol
+
+from launcher._paths import resolve_data_path
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 _SPECIALS = 3
@@ -93,9 +98,10 @@ def generation_eos_ids(hf_path: str) -> list[int]:
 
 
 class HfTokenizer:
-    """Wraps a checkpoint's tokenizer (model.hf_path) behind the same small interface."""
+    """Wraps an HF tokenizer folder behind the same small interface; `key` is the config key
+    that named the folder (for messages)."""
 
-    def __init__(self, hf_path: str):
+    def __init__(self, hf_path: str, key: str = "model.hf_path"):
         from transformers import AutoTokenizer
 
         self._tok = AutoTokenizer.from_pretrained(hf_path)
@@ -103,7 +109,7 @@ class HfTokenizer:
         listed = generation_eos_ids(hf_path)
         self.eos_id = own if own is not None else (listed[0] if listed else None)
         if self.eos_id is None:
-            raise ValueError(f"model.hf_path={hf_path}: neither the tokenizer nor generation_config.json names an "
+            raise ValueError(f"{key}={hf_path}: neither the tokenizer nor generation_config.json names an "
                              "eos token, so no response could end; add eos_token_id to generation_config.json")
         self.eos_ids = tuple(dict.fromkeys([self.eos_id, *listed]))
         self.pad_id = self._tok.pad_token_id if self._tok.pad_token_id is not None else self.eos_id
@@ -134,5 +140,21 @@ def _mtime(file: Path) -> float | None:
     return file.stat().st_mtime if file.exists() else None
 
 
-def make_tokenizer(hf_path: str | None, vocab_size: int) -> Tokenizer:
-    return HfTokenizer(hf_path) if hf_path else CharTokenizer(vocab_size)
+def tokenizer_folder(model_cfg) -> tuple[str, Path] | None:
+    """(config key, folder) of the model's tokenizer: model.tokenizer_path (a relative path is
+    taken from the working directory, else the project root, as data files are), else
+    model.hf_path; None for the character tokenizer."""
+    if model_cfg.tokenizer_path:
+        return "model.tokenizer_path", resolve_data_path(model_cfg.tokenizer_path)
+    if model_cfg.hf_path:
+        return "model.hf_path", Path(model_cfg.hf_path)
+    return None
+
+
+def make_tokenizer(model_cfg) -> Tokenizer:
+    """The tokenizer every process of a run uses (driver, trainers, engines: same ids)."""
+    found = tokenizer_folder(model_cfg)
+    if found is None:
+        return CharTokenizer(model_cfg.arch.vocab_size)
+    key, folder = found
+    return HfTokenizer(str(folder), key)

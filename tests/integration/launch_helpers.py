@@ -13,6 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RAY_DAEMONS = ("raylet", "gcs_server")
 # Small batches keep the bookkeeping tests (resume, crash) to a few seconds of training.
 SMALL = ["algorithm.prompts_per_step=4", "algorithm.mini_batch_prompts=4", "algorithm.samples_per_prompt=8"]
+TEST_RECIPE = "recipe=tiny_grpo"
+"""Runs that name no recipe get tiny_grpo (generated problems, character tokenizer: seconds
+per test), not the default recipe, whose chat-templated parquet task is the minutes-long demo."""
 
 
 class Run:
@@ -20,7 +23,8 @@ class Run:
 
     def __init__(self, out_dir: Path, name: str, overrides: list[str]):
         self.dir = out_dir / name
-        cmd = [sys.executable, "-m", "launcher", f"run.output_dir={out_dir}", f"run.name={name}", *overrides]
+        recipe = [] if any(o.startswith("recipe=") for o in overrides) else [TEST_RECIPE]
+        cmd = [sys.executable, "-m", "launcher", *recipe, f"run.output_dir={out_dir}", f"run.name={name}", *overrides]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)

@@ -23,8 +23,8 @@ def test_cluster_override_replaces_the_recipe_default(cluster):
     assert composed.config.cluster.name == cluster
 
 
-def test_default_recipe_is_tiny_grpo():
-    assert compose([]).choices["recipe"] == "tiny_grpo"
+def test_default_recipe_is_the_laptop_demo():
+    assert compose([]).choices["recipe"] == "tiny_grpo_chat"
 
 
 def test_lora_rank_zero_is_full_finetuning():

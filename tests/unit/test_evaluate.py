@@ -15,7 +15,7 @@ from launcher.compose import compose
 from launcher.rl import evaluate
 from launcher.rl.data import PromptStream
 from launcher.rl.reward_fn import make_scorer
-from launcher.rl.tokenizer import make_tokenizer
+from launcher.rl.tokenizer import CharTokenizer, make_tokenizer
 
 TINY = ["recipe=tiny_grpo", "run.eval_problems=12", "run.eval_samples=3"]
 
@@ -40,7 +40,7 @@ class _LocalEngines:
 
 def _setup(overrides=(), engines=2):
     cfg = compose([*TINY, *overrides]).config
-    tokenizer = make_tokenizer(cfg.model.hf_path, cfg.model.arch.vocab_size)
+    tokenizer = make_tokenizer(cfg.model)
     trainer = trainer_class("hf")(cfg, 0, 1)
     group = [engine_class("hf")(cfg, i) for i in range(engines)]
     sync_in_process(trainer, group, 0, with_base=True)
@@ -56,14 +56,14 @@ def test_due_steps():
     ev = evaluate.Evaluator(cfg, evaluate.EvalSet([], [], "none"))
     assert [s for s in range(6) if ev.due(s)] == [0, 2, 4, 5]  # the last step too
     cfg = compose(["recipe=tiny_grpo", "run.eval_before_train=true"]).config
-    assert evaluate.make_evaluator(cfg, make_tokenizer(None, cfg.model.arch.vocab_size)).due(0)
+    assert evaluate.make_evaluator(cfg, CharTokenizer(cfg.model.arch.vocab_size)).due(0)
     cfg = compose(["recipe=tiny_grpo"]).config
-    assert evaluate.make_evaluator(cfg, make_tokenizer(None, cfg.model.arch.vocab_size)) is None
+    assert evaluate.make_evaluator(cfg, CharTokenizer(cfg.model.arch.vocab_size)) is None
 
 
 def test_synthetic_held_out_problems_come_from_indices_training_never_reaches():
     cfg = compose(TINY).config
-    tokenizer = make_tokenizer(None, cfg.model.arch.vocab_size)
+    tokenizer = CharTokenizer(cfg.model.arch.vocab_size)
     held_out = evaluate.eval_set(cfg, tokenizer)
     stream = PromptStream(cfg.data, cfg.run.seed, tokenizer)
     assert held_out.problems == stream.take(evaluate.HELD_OUT_BASE, 12)
@@ -80,7 +80,7 @@ def test_val_path_is_read_by_the_training_loader(tmp_path):
     val.write_text("".join(json.dumps(r) + "\n" for r in rows))
     over = ["recipe=gsm8k_grpo", f"data.val_path={val}", "run.eval_problems=4"]
     cfg = compose(over).config
-    tokenizer = make_tokenizer(None, 128)
+    tokenizer = CharTokenizer(128)
     held_out = evaluate.eval_set(cfg, tokenizer, log=open("/dev/null", "w"))  # noqa: SIM115
     as_training = PromptStream(compose([*over, f"data.train_path={val}"]).config.data, 0, tokenizer).problems
     assert held_out.problems == list(as_training)[:4]

@@ -69,7 +69,7 @@ def test_checkpoint_round_trip_continues_identically(tmp_path):
     trainer.train_step(shard)
     trainer.save_checkpoint(str(tmp_path))
     expected = trainer.train_step(shard)
-    fresh = trainer_class("hf")(compose(["algorithm.max_response_len=3"]).config, 0, 1)
+    fresh = trainer_class("hf")(compose(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config, 0, 1)
     fresh.load_checkpoint(str(tmp_path))
     assert fresh.train_step(shard) == expected
 

@@ -11,7 +11,7 @@ from launcher.compose import compose
 
 @pytest.fixture(scope="module")
 def pair():
-    cfg = compose(["algorithm.max_response_len=3"]).config
+    cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config
     trainer = trainer_class("hf")(cfg, 0, 1)
     return cfg, list(checkpoint_state(trainer.model).items())
 

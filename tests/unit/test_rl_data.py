@@ -24,7 +24,7 @@ def test_char_tokenizer_round_trip_and_visible_unknowns():
 
 
 def test_synthetic_stream_is_a_function_of_position():
-    data = compose([]).config.data
+    data = compose(["recipe=tiny_grpo"]).config.data
     stream = PromptStream(data, seed=3, tokenizer=CharTokenizer(64))
     assert stream.take(5, 3) == [stream.problem(5), stream.problem(6), stream.problem(7)]
     assert stream.take(0, 4) == PromptStream(data, 3, CharTokenizer(64)).take(0, 4)
@@ -32,7 +32,8 @@ def test_synthetic_stream_is_a_function_of_position():
 
 def _data_cfg(path, **extra):
     # No instruction: these tests check the file's own prompt text.
-    cfg = compose(["data.task=gsm8k", f"data.train_path={path}", "data.prompt_key=question", "data.instruction=",
+    cfg = compose(["recipe=tiny_grpo", "data.task=gsm8k", f"data.train_path={path}", "data.prompt_key=question",
+                   "data.instruction=",
                    "data.max_prompt_len=512"]).config.data
     for key, value in extra.items():
         setattr(cfg, key, value)
@@ -132,3 +133,17 @@ def test_save_prunes_to_keep(tmp_path):
         ck.save(_Trainers(), DriverState(step=step))
     assert [p.name for p in ck.complete()] == ["step_000003", "step_000004"]
     assert not list(tmp_path.glob(".*partial"))
+
+
+def test_default_recipe_prompts_carry_the_shipped_tokenizers_chat_template():
+    """tiny_grpo_chat's random-init model reads the verl parquet through data/tiny_tokenizer:
+    each prompt is [gMASK]<sop><|user|>\\n...<|assistant|>\\n and a response ends at any of the
+    tokenizer's generation_config eos ids."""
+    from launcher.rl.tokenizer import make_tokenizer
+
+    cfg = compose(["recipe=tiny_grpo_chat"]).config
+    tok = make_tokenizer(cfg.model)
+    problem = PromptStream(cfg.data, 0, tok).problem(0)
+    ids = tok.encode(problem.prompt)
+    assert ids[:3] == [1, 2, 4] and ids[-2:] == tok.encode("<|assistant|>\n") and len(ids) <= cfg.data.max_prompt_len
+    assert problem.answer.isdigit() and tok.eos_ids == (0, 4, 6)

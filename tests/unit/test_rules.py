@@ -147,6 +147,9 @@ CASES = [
     C("INF009", "dapo_sync", ["inference.ep=3"], E, "inference.ep", "inference.ep=3", "tp=8", "288 experts"),
     C("INF010", "dapo_sync", ["inference.sleep_level=3"], E, "inference.sleep_level", "sleep_level=3"),
     C("INF010", "dapo_async", ["inference.sleep_level=1"], W, "inference.sleep_level", "sleep_level=1", "async"),
+    C("INF010", "gsm8k_grpo", ["inference.sleep_level=1"], W, "inference.sleep_level", "merged sync",
+      lambda p: f"keeps {8 * p.memory.inference.weights_gib:,.1f} GiB of weights per node in host RAM"),
+    C("INF010", "dapo_fullft", ["inference.sleep_level=1"], W, "inference.sleep_level", "full sync"),
     # --- LoRA
     C("LORA001", "gsm8k_normalized", ["trainer.lora.rank=12"], E, "trainer.lora.rank", "rank=12",
       "num_experts_per_tok=8"),
@@ -160,6 +163,8 @@ CASES = [
     C("LORA007", "dapo_sync", ["trainer.lora.rank=-1"], E, "trainer.lora.rank", "rank=-1"),
     C("MEM007", "dapo_sync", ["trainer.lora.rank=0", "trainer.lora.targets=[]"], E, "trainer.optimizer.cpu_offload",
       "cpu_offload=true", "lora.rank=0"),
+    C("LORA009", "dapo_sync", ["trainer.lora.targets=[linear_kv_up_proj,q_proj]"], E, "trainer.lora.targets",
+      "['linear_kv_up_proj']", "['kv_b_proj']"),
     C("LORA008", "dapo_sync", ["trainer.lora.share_expert_adapters=true", "trainer.mesh.ep=4", "trainer.mesh.etp=2"],
       E, "trainer.lora.share_expert_adapters", "share_expert_adapters=true", "etp=2"),
     # --- memory
@@ -173,6 +178,12 @@ CASES = [
       lambda p: f"fits {p.memory.inference.max_len_sequences_in_budget} max-length"),
     C("MEM004", "dapo_sync", ["inference.sleep_level=0"], E, "inference.gpu_memory_utilization", "> 268.2 GiB",
       lambda p: f"peak {p.memory.colocated.peak_gib:,.1f} GiB"),
+    # every step fits a 170 GiB card (peak ~124 GiB), the first sync with the trainer still whole does not
+    C("MEM008", "dapo_fullft", ["cluster.gpu.memory_gib=170"], E, "trainer.mesh.ep", "has 170.0 GiB",
+      lambda p: f"first weight sync {p.memory.colocated.first_sync_gib:,.1f} GiB"),
+    # awake engines next to a building trainer: the start-up order's reason
+    C("MEM008", "dapo_sync", ["inference.sleep_level=0"], E, "inference.sleep_level", "engines awake",
+      lambda p: f"trainer built {p.memory.colocated.startup_gib:,.1f} GiB"),
     C("MEM005", "dapo_sync", ["cluster.host_memory_gib=256"], E, "cluster.host_memory_gib", "it has 256.0 GiB",
       lambda p: f"needs {p.memory.host.total_per_node_gib:,.1f} GiB"),
     C("MEM006", "dapo_fullft", ["cluster=b300x1"], E, "trainer.lora.rank", "5.13 TiB", "313.3 B params",
@@ -213,6 +224,10 @@ CASES = [
       "config.json"),
     C("MODEL006", "tiny_checkpoint", ["model.arch.hidden_size=128"], E, "model.arch.hidden_size",
       "hidden_size: descriptor 128 vs checkpoint 64", f"{TINY_CHECKPOINT}/config.json"),
+    C("MODEL007", "tiny_grpo", ["model.tokenizer_path=/nonexistent/tok"], E, "model.tokenizer_path",
+      "/nonexistent/tok", "no tokenizer.json"),
+    C("MODEL007", "tiny_grpo", ["model.tokenizer_path=data/tiny_tokenizer", "model.arch.vocab_size=48"], E,
+      "model.tokenizer_path", "64 token ids", "vocab_size=48"),
     C("MODEL004", "dapo_sync", ["model.arch.layer_types=[linear_attention]"], E, "model.arch.layer_types",
       "1 entries", "45 layers"),
     C("MODEL004", "dapo_sync", ["model.arch.mlp_layer_types=[dense,moe]"], E, "model.arch.mlp_layer_types",
@@ -235,18 +250,36 @@ CASES = [
       "['layernorm', 'mlp']"),
     C("RECOMP003", "dapo_sync", ["trainer.recompute.num_layers=2"], E, "trainer.recompute.num_layers", "num_layers=2",
       "selective"),
+    C("RECOMP003", "dapo_sync", ["model.arch.hc_mult=1", "trainer.recompute.granularity=full"], E,
+      "trainer.recompute.method", "method=null", "granularity=full"),
+    C("RECOMP003", "dapo_sync", ["model.arch.hc_mult=1", "trainer.recompute.granularity=full",
+                                 "trainer.recompute.method=uniform"], E, "trainer.recompute.num_layers",
+      "num_layers=null", "granularity=full"),
     C("RECOMP004", "dapo_sync", ["trainer.recompute.modules=[core_attn,fancy_attn]"], E, "trainer.recompute.modules",
       "['fancy_attn']"),
     C("RECOMP004", "dapo_sync", ["model.arch.hc_mult=1", "trainer.recompute.modules=[core_attn,mhc]"], E,
       "trainer.recompute.modules", "['mhc']"),
     C("RECOMP006", "dapo_sync", ["trainer.recompute.modules=[core_attn,gdn_norm_out]"], E, "trainer.recompute.modules",
       "['gdn_norm_out']", "gated delta net"),
+    C("RECOMP007", "tiny_grpo", ["model.arch.mlp_layer_types=[dense,dense,dense,dense]",
+                                 "trainer.recompute.granularity=selective", "trainer.recompute.modules=[core_attn,moe_act]"],
+      E, "trainer.recompute.modules", "['moe_act']", "without MoE layers"),
     C("RECOMP005", "dapo_sync", ["trainer.recompute.modules=[]"], W, "trainer.recompute.modules", "empty module list"),
+    C("RECOMP008", "dapo_sync", ["trainer.recompute.modules=[core_attn,moe,moe_act,shared_experts]"], W,
+      "trainer.recompute.modules", "['moe_act', 'shared_experts']", "not applied"),
+    C("RECOMP008", "tiny_grpo", ["trainer.recompute.granularity=selective", "trainer.recompute.modules=[core_attn]"], W,
+      "trainer.recompute.granularity", "granularity=selective", "trainer.backend=hf"),
     # --- runtime
     C("RUN001", "dapo_sync", ["trainer.nccl_timeout_s=600"], E, "trainer.nccl_timeout_s", "nccl_timeout_s=600",
       lambda p: f"{p.timing.longest_wait_phase} of {p.timing.longest_wait_s:.0f} s"),
     C("RUN002", "dapo_async_adapter", ["trainer.lora.merge=true"], W, "trainer.lora.merge", "merged weight sync",
       lambda p: f"{p.sync.gib_per_engine:,.1f} GiB per engine", lambda p: f"~{p.sync.seconds:.0f} s per step"),
+    C("RUN003", "tiny_grpo", ["cluster.ray_address=10.0.0.1:6379"], W, "run.output_dir", "run.output_dir='runs'",
+      "relative"),
+    C("RUN003", "tiny_grpo", ["cluster.ray_address=10.0.0.1:6379", "run.output_dir=/dev/shm/runs"], W,
+      "run.output_dir", "/dev/shm", "local to each node"),
+    C("RUN003", "tiny_grpo", ["cluster.ray_address=10.0.0.1:6379", "run.output_dir=/mnt/shared/runs",
+                              "checkpoint.dir=/tmp/ckpt"], W, "checkpoint.dir", "checkpoint.dir='/tmp/ckpt'", "/tmp"),
     # --- held-out evaluation
     C("EVAL001", "tiny_grpo", ["run.eval_every_steps=-1"], E, "run.eval_every_steps", "run.eval_every_steps=-1"),
     C("EVAL001", "tiny_grpo", ["run.eval_problems=0"], E, "run.eval_problems", "run.eval_problems=0"),
@@ -358,5 +391,5 @@ def test_batch_fix_suggests_working_samples_per_prompt(point):
 @pytest.mark.parametrize("breaking", [["trainer.recompute.granularity=full"], ["trainer.recompute.modules=[core_attn,mhc]"]])
 def test_mhc_recompute_rules_say_they_are_the_projects_own(point, breaking):
     """megatron-core 0.19.2 has no mHC: RECOMP001/002 must not blame it (issue 21)."""
-    (finding,) = [f for f in point(*BASES["dapo_sync"], *breaking).findings if f.id.startswith("RECOMP00")]
+    (finding,) = [f for f in point(*BASES["dapo_sync"], *breaking).findings if f.id in ("RECOMP001", "RECOMP002")]
     assert "project's rule" in finding.why and "0.19.2 has no mHC" in finding.why

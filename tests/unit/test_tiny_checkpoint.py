@@ -2,6 +2,7 @@
 their config is the descriptor's, weights are sharded with an index under GLM's on-disk names,
 generation stops at several eos ids, and the tokenizer fits the model's 64-id vocabulary."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,22 @@ def test_glm_shards_use_the_release_tensor_names(tiny_glm_checkpoint):
                  "1.mlp.experts.0.gate_proj.weight", "1.mlp.experts.0.up_proj.weight", "3.self_attn.indexer.wk.weight"):
         assert f"{layer}.{name}" in keys
     assert keys == set(_index(tiny_glm_checkpoint)["weight_map"])
+
+
+def test_shipped_demo_tokenizer_is_the_fixture_tokenizer(tmp_path):
+    """data/tiny_tokenizer (model.tokenizer_path of the default recipe) is what
+    write_tiny_tokenizer builds today: a tokenizers upgrade that changes the merges fails here,
+    not as a silently different demo."""
+    from launcher.rl.tokenizer import HfTokenizer
+    from model.tiny_checkpoint import write_tiny_tokenizer
+
+    fresh, shipped = write_tiny_tokenizer(tmp_path), Path(__file__).parents[2] / "data/tiny_tokenizer"
+    for name in ("tokenizer.json", "generation_config.json"):
+        ours, theirs = json.loads((shipped / name).read_text()), json.loads((fresh / name).read_text())
+        ours.pop("transformers_version", None), theirs.pop("transformers_version", None)
+        assert ours == theirs, name
+    tok = HfTokenizer(str(shipped), "model.tokenizer_path")
+    assert tok.eos_ids == (0, 4, 6) and tok.has_chat_template and tok.vocab_size == 64
+    prompt = tok.encode(tok.chat_text([{"role": "user", "content": "c5."}]))
+    assert prompt[:3] == [1, 2, 4] and prompt[-2] == 5 and len(prompt) == 9  # [gMASK]<sop><|user|> ... <|assistant|>\n
+    assert tok.decode(tok.encode("57") + [0, 9]) == "57"  # a response ends at its first eos id

@@ -139,11 +139,12 @@ def chat_template_found(cfg, plan):
     its file prompts go in as raw text."""
     d = cfg.data
     mode = getattr(d.chat_template, "value", d.chat_template)
-    if mode != "auto" or cfg.model.hf_path is None or d.train_path is None:
+    folder = cfg.model.tokenizer_path or cfg.model.hf_path
+    if mode != "auto" or folder is None or d.train_path is None:
         return
-    if _has_chat_template(Path(cfg.model.hf_path)) is False:
+    if _has_chat_template(resolve_data_path(folder)) is False:
         yield warning("DATA005", "data.chat_template",
-                      f"data.chat_template=auto but {cfg.model.hf_path}/tokenizer_config.json has no chat_template "
+                      f"data.chat_template=auto but {folder}/tokenizer_config.json has no chat_template "
                       "(nor chat_template.jinja): prompts go to the model as raw text",
                       "A chat-tuned model answers badly without the turn tokens it was trained with; a base model "
                       "is fine with raw text.",
