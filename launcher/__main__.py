@@ -1,4 +1,4 @@
-"""Entry point: `python -m launcher [run|plan|validate|mesh|export|eval] [flags] [overrides]`.
+"""Entry point: `python -m launcher [run|plan|validate|mesh|export|eval|submit|jobs|sbatch] [flags] [overrides]`.
 
 Composition, validation and planning never import torch, ray, vllm or megatron, so
 `plan`/`validate` answer in well under a second; only `run` loads the RL stack.
@@ -18,6 +18,14 @@ def _dispatch(args: Args) -> int:
     if args.help is not None:
         sys.stdout.write(help_text(args.help))
         return 0
+    if args.command == "submit":  # with or without -m: each point becomes a Ray job
+        from launcher.cli.submit import cmd_submit
+
+        return cmd_submit(args)
+    if args.command == "jobs":
+        from launcher.cli.jobs import cmd_jobs
+
+        return cmd_jobs(args.overrides, args.format)
     if args.multirun:
         from launcher.cli.sweep import cmd_sweep
 
@@ -42,6 +50,10 @@ def _dispatch(args: Args) -> int:
         return 0
     if args.command == "plan":
         return cmd_plan(composed, args.format, args.keep)
+    if args.command == "sbatch":
+        from launcher.cli.sbatch import cmd_sbatch
+
+        return cmd_sbatch(composed)
     return cmd_run(composed)
 
 

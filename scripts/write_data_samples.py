@@ -19,7 +19,7 @@ the real column names and types (nothing may be downloaded here):
 - copy_train.parquet / copy_val.parquet: the default recipe's task in verl's layout: copy
   one or two digits ("c57" -> "57", "c5." -> "5"), then end the turn. The answers differ in
   length, so the model must learn where to stop (EOS); the two files hold disjoint digit
-  strings, so held-out accuracy measures copying, not recall. Both lengths are equally likely.
+  strings, so held-out accuracy measures copying, not recall.
 """
 import json
 import random
@@ -85,29 +85,34 @@ is inside the reach of KDA's short convolution (kernel 4): the tiny random-init 
 it in ~150 steps, where the copy from four or more places back (three digits, or a "="
 after them) took it over twice as many (measured, seed 0)."""
 COPY_VAL_FRACTION = 0.2
-COPY_ROWS = {"train": 1500, "val": 128}
+COPY_TRAIN_ROWS = 1500
 
 
 def _copy_strings(split: str) -> list[list[str]]:
-    """Per length, the digit strings of `split`: a seeded 80/20 split of all strings of that
-    length (10, 100, 1000), so train and val never share one."""
+    """Per length, the digit strings of `split`. Two-digit strings are split 80/20 (seeded), so
+    train and val never share one; the ten one-digit strings are all training strings (two
+    held out were too few to measure anything, and the only ones the model never saw alone)."""
     out = []
     for length in COPY_LENGTHS:
         strings = [str(i).zfill(length) for i in range(10**length)]
         random.Random(f"copy-split:{length}").shuffle(strings)
-        cut = max(1, round(len(strings) * COPY_VAL_FRACTION))
+        cut = round(len(strings) * COPY_VAL_FRACTION) if length > 1 else 0
         out.append(strings[:cut] if split == "val" else strings[cut:])
-    return out
+    return [strings for strings in out if strings]
 
 
 def copy_task(split: str) -> pa.Table:
-    by_length, rng, rows = _copy_strings(split), random.Random(f"copy-rows:{split}"), []
-    for i in range(COPY_ROWS[split]):
-        digits = rng.choice(by_length[i % len(COPY_LENGTHS)])
-        prompt = f"c{digits.ljust(max(COPY_LENGTHS), COPY_FILL)}"
-        rows.append({"data_source": "synthetic_copy", "prompt": [{"role": "user", "content": prompt}],
-                     "ability": "copy", "reward_model": {"style": "rule", "ground_truth": digits},
-                     "extra_info": {"split": split, "index": i}})
+    """Train: each row's length is drawn uniformly, then its string (one- and two-digit answers
+    equally often, so where to stop is learnt for both). Val: each held-out string once."""
+    by_length, rng = _copy_strings(split), random.Random(f"copy-rows:{split}")
+    if split == "train":
+        picked = [rng.choice(by_length[i % len(by_length)]) for i in range(COPY_TRAIN_ROWS)]
+    else:
+        picked = [s for strings in by_length for s in strings]
+    rows = [{"data_source": "synthetic_copy",
+             "prompt": [{"role": "user", "content": f"c{digits.ljust(max(COPY_LENGTHS), COPY_FILL)}"}],
+             "ability": "copy", "reward_model": {"style": "rule", "ground_truth": digits},
+             "extra_info": {"split": split, "index": i}} for i, digits in enumerate(picked)]
     rng.shuffle(rows)
     return pa.Table.from_pylist(rows)
 

@@ -2,7 +2,8 @@
 
 Each trainer rank and each engine is one Ray actor built from a class registered under a
 short name (`trainer.backend`, `inference.backend`). Everything crossing the actor
-boundary is a plain dataclass of lists and CPU tensors, so any backend pair can talk.
+boundary is a plain dataclass of lists and CPU tensors (or CUDA IPC handles, which are
+bytes and ints), so any backend pair can talk.
 
 Weights travel as a stream (launcher/rl/weight_sync.py): a WeightUpdate header, then
 size-bounded WeightBuckets that the driver forwards from trainer rank 0 to every engine
@@ -59,17 +60,43 @@ class WeightUpdate:
 
 
 @dataclass
+class IpcBuffer:
+    """A bucket's tensors packed back to back in one device buffer of trainer rank 0, shared
+    by CUDA IPC handle (launcher/backends/_ipc.py). The fields and their meaning are those of
+    vLLM's packed IPCWeightTransferUpdateInfo, so vLLM's packed consumer reads it too."""
+
+    names: list[str]
+    dtype_names: list[str]
+    """torch dtype names ("bfloat16")."""
+    shapes: list[list[int]]
+    tensor_sizes: list[int]
+    """Bytes of each tensor, in buffer order (tensor i starts at the sum of those before it)."""
+    ipc_handles: dict[str, tuple]
+    """{physical GPU UUID: torch's reduce_tensor args of the buffer}: an engine opens the
+    handle of its own GPU (rebuild_cuda_tensor) and copies device to device."""
+
+
+@dataclass
 class WeightBucket:
-    """One size-bounded piece of a streamed weight update: HF-named CPU tensors."""
+    """One size-bounded piece of a streamed weight update: HF-named CPU tensors, or (CUDA IPC
+    transport) the same tensors as handles of a device buffer."""
 
     kind: str
     """"weights": model parameters (full or merged weights, or an adapter's frozen base),
     loaded as they arrive; "adapter": LoRA tensors (peft names), applied at finish."""
     tensors: list[tuple[str, torch.Tensor]]
+    """Empty when `ipc` carries the bucket."""
     nbytes: int
-    """Bytes of `tensors` (the bucket bound applies to this; one larger tensor travels alone)."""
+    """Bytes of the bucket's tensors (the bucket bound applies to this; one larger tensor travels alone)."""
     last: bool = False
     """The update's final bucket (the trainer knows it without another call)."""
+    ipc: IpcBuffer | None = None
+    """Transport "cuda_ipc" (plan/sync.py bucket_transport): the tensors stay on trainer rank
+    0's GPU and this names them; the trainer keeps the buffer until the engines are done."""
+
+    def count(self) -> int:
+        """Tensors in the bucket, whichever way they travel."""
+        return len(self.ipc.names) if self.ipc is not None else len(self.tensors)
 
 
 @dataclass
@@ -111,14 +138,21 @@ class TrainerBackend(Protocol):
 
     def train_step(self, shard: TrainShard) -> dict[str, float]: ...
 
-    def begin_export(self, version: int, with_base: bool, max_bucket_bytes: int) -> WeightUpdate:
+    def begin_export(self, version: int, with_base: bool, max_bucket_bytes: int,
+                     transport: str = "host") -> WeightUpdate:
         """Start streaming this rank's weights for the engines (merged or full weights, or
         the adapter, preceded by its frozen base when `with_base`); returns the header.
 
         Nothing is materialised here: each `next_bucket` call gathers (model parallel:
         a collective, so every rank of the mesh calls both methods the same number of
         times), merges and copies to host only the tensors of one bucket of at most
-        `max_bucket_bytes`."""
+        `max_bucket_bytes`. `transport` "cuda_ipc" (GPU, the engine on rank 0's GPU): rank 0
+        packs each bucket into a device buffer and sends its CUDA IPC handle instead."""
+        ...
+
+    def release_export(self) -> None:
+        """Every engine has loaded every bucket of the export: free the device buffers
+        rank 0 still keeps for them (CUDA IPC transport; nothing to do for host buckets)."""
         ...
 
     def next_bucket(self) -> tuple[BucketInfo | None, WeightBucket | None]:
@@ -159,6 +193,11 @@ class InferenceBackend(Protocol):
 
     def finish_weight_update(self, version: int) -> None:
         """Every bucket has arrived: serve the new weights as `version` from the next generate."""
+        ...
+
+    def loaded_base(self) -> dict | None:
+        """The checkpoint whose weights the engine serves now ({"hf_path", "sha256"},
+        _base_identity.checkpoint_base), None for a random init or after a level-2 sleep."""
         ...
 
     def weight_transfer(self) -> str | None:

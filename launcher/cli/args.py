@@ -5,7 +5,7 @@ Hydra's override grammar is kept for everything that is not a flag, so
 """
 from dataclasses import dataclass, field
 
-COMMANDS = ("run", "plan", "validate", "mesh", "export", "eval")
+COMMANDS = ("run", "plan", "validate", "mesh", "export", "eval", "submit", "jobs", "sbatch")
 FORMATS = ("text", "json")
 
 

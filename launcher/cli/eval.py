@@ -71,7 +71,7 @@ def evaluate_checkpoint(checkpoint: Path, extra: list[str], fmt: str) -> int:
         return 1
     cfg = composed.config
     state = load_driver_state(checkpoint)
-    tokenizer = make_tokenizer(cfg.model.hf_path, cfg.model.arch.vocab_size)
+    tokenizer = make_tokenizer(cfg.model)
     # Before Ray: a missing val set or reward function fails in a second, not after start-up.
     evaluator = make_evaluator(cfg, tokenizer, force=True, log=sys.stderr)
     scorer = make_scorer(cfg.data)
@@ -97,7 +97,7 @@ def _score_on_ray(cfg, plan, checkpoint: Path, state, evaluator, scorer, tokeniz
         trainers, engines = place_groups(cfg, plan, embedded)
         restore(trainers, None, checkpoint, fallback=False)
         sync_weights(trainers, engines, state.policy_version, with_base=True, wait=True)
-        if cfg.inference.sleep_level:  # colocated: the engines get the GPUs, as in a run's generation phase
+        if plan.memory.sleep_level:  # colocated: the engines get the GPUs, as in a run's generation phase
             trainers.call("offload")
             engines.call("wake")
         return evaluator.run(engines, state.step, state.policy_version, scorer, tokenizer)

@@ -1,4 +1,6 @@
-"""Start or join Ray for one run, and always leave nothing behind.
+"""Start or join Ray for one run, and always leave nothing behind (ray_processes.py: a
+SIGTERM during ray.init, and what a SIGKILLed driver's embedded Ray left, which the next
+embedded start stops).
 
 Embedded mode (cluster.ray_address null) always starts a private Ray on this machine
 (`address="local"`): a cluster that `ray start` brought up here (most GPU nodes), found
@@ -17,6 +19,8 @@ import contextlib
 import logging
 import os
 import sys
+
+from launcher.orchestrate.ray_processes import interruptible_start, reap_dead_sessions, record_session
 
 LOGICAL_GPU = "logical_gpu"
 # Quiet, reproducible workers; the plan's environment (and the user's `env`) wins.
@@ -70,27 +74,62 @@ def _embedded_resources(cluster_cfg) -> dict[str, float]:
     return resources
 
 
+# What a shipped working_dir leaves out (gitignore-style, relative to the repository root), besides
+# what .gitignore lists (Ray honours it too): run dirs, venvs, git history, wheels, weights.
+CODE_EXCLUDES = ["runs/", ".venv/", ".venv-*/", ".git/", ".whl/", ".pkgs/", "*.whl", "__pycache__/",
+                 ".pytest_cache/", ".ruff_cache/", "wandb/", "outputs/", "multirun/", "*.safetensors", "*.pt",
+                 "*.bin"]
+# Set by Ray's job supervisor in a job's driver: the job's runtime_env (its working_dir) already applies.
+_RAY_JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def shipped_code(cluster_cfg) -> dict:
+    """runtime_env fields that ship this repository to every node of a Ray cluster (cluster.ship_code),
+    so a worker on another host imports the driver's code and reads the recipe's relative files.
+    Empty for the embedded Ray (same machine), with ship_code=false, and inside a Ray job (`submit`),
+    whose own working_dir already is this code: Ray refuses a driver's second working_dir."""
+    from launcher._paths import PROJECT_ROOT
+
+    if cluster_cfg.ray_address is None or not cluster_cfg.ship_code or _RAY_JOB_CONFIG_VAR in os.environ:
+        return {}
+    return {"working_dir": str(PROJECT_ROOT), "excludes": list(CODE_EXCLUDES)}
+
+
 @contextlib.contextmanager
 def ray_session(config, plan_env: dict[str, str]):
     """ray.init for this run; ray.shutdown on exit (success, error or Ctrl-C)."""
     import ray
 
     public, secret = split_secret_env(worker_env(plan_env))
-    runtime_env = {"env_vars": public}
+    runtime_env = {"env_vars": public, **shipped_code(config.cluster)}
     embedded = config.cluster.ray_address is None
-    if embedded:
-        sys.stdout.write("embedded Ray: starting a private instance on this machine (any Ray cluster running "
-                         "here is not joined; set cluster.ray_address to use one)\n")
-        ray.init(address="local", resources=_embedded_resources(config.cluster), num_cpus=os.cpu_count(),
-                 include_dashboard=False, runtime_env=runtime_env, logging_level=logging.WARNING,
-                 namespace=f"launcher-{config.run.name}")
-    else:
-        ray.init(address=config.cluster.ray_address, runtime_env=runtime_env, logging_level=logging.WARNING,
-                 namespace=f"launcher-{config.run.name}")
-    _session_secrets.clear()
-    _session_secrets.update(secret)
+    record = None
+    with interruptible_start():  # SIGTERM during ray.init: everything stopped, exit 130
+        if embedded:
+            _reap_dead_sessions()
+            sys.stdout.write("embedded Ray: starting a private instance on this machine (any Ray cluster running "
+                             "here is not joined; set cluster.ray_address to use one)\n")
+            ray.init(address="local", resources=_embedded_resources(config.cluster), num_cpus=os.cpu_count(),
+                     include_dashboard=False, runtime_env=runtime_env, logging_level=logging.WARNING,
+                     namespace=f"launcher-{config.run.name}")
+        else:
+            ray.init(address=config.cluster.ray_address, runtime_env=runtime_env, logging_level=logging.WARNING,
+                     namespace=f"launcher-{config.run.name}")
     try:
+        record = record_session() if embedded else None  # for the next run, should this driver be SIGKILLed
+        _session_secrets.clear()
+        _session_secrets.update(secret)
         yield embedded
     finally:
         _session_secrets.clear()
         ray.shutdown()
+        if record is not None:
+            record.unlink(missing_ok=True)
+
+
+def _reap_dead_sessions() -> None:
+    """Kill what the embedded Ray of a SIGKILLed earlier run left running, and say so."""
+    killed = reap_dead_sessions()
+    if killed:
+        sys.stdout.write(f"stopped {len(killed)} Ray processes left by an earlier run whose driver was killed: "
+                         f"{', '.join(killed)}\n")

@@ -1,20 +1,29 @@
 """The trainer group and the engine group: Ray actors placed on plan slots, called together.
 
-Every blocking call goes through `_get`, which turns a dead actor into ActorDiedError
-naming the actor, its pid and slot, so a crash reads as "trainer rank 1 (pid 4242, node 0
-GPU 1) died during train_step" rather than a Ray traceback.
+Every blocking call goes through `_get` (engines' chunks: `wait_done`), which turns a dead
+actor into ActorDiedError naming the actor, its pid and slot, so a crash reads as "trainer
+rank 1 (pid 4242, node 0 GPU 1) died during train_step" rather than a Ray traceback, and
+an actor that answers nothing within its call's deadline (deadlines.py) into HangError:
+"engine 0 (pid 4243, node 0 GPU 1) did not answer generate within 130 s (deadline: ...)".
 """
 import os
 import re
+import time
 
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from launcher.orchestrate.cluster import secret_worker_env
+from launcher.orchestrate.deadlines import CallDeadlines
 
 
 class ActorDiedError(RuntimeError):
     """A trainer rank or engine process ended while the run needed it."""
+
+
+class HangError(ActorDiedError):
+    """An actor answered nothing within its call's deadline: as lost to the run as a dead one
+    (same exit 3, same teardown), but alive, so Ray would never have said so."""
 
 
 def _remote_with_secrets(cls):
@@ -45,8 +54,11 @@ def _options(slot, name: str) -> dict:
 class _Group:
     role = "actor"
 
-    def __init__(self):
+    def __init__(self, deadlines: CallDeadlines | None = None):
         self.actors, self.labels, self.info = [], [], []
+        self.deadlines = deadlines or CallDeadlines()
+        self._answered: set[tuple[int, str]] = set()
+        """(actor index, method) of every call answered once: later calls have the steady-state deadline."""
 
     def _add(self, handle, label: str, slot) -> None:
         self.actors.append(handle)
@@ -55,21 +67,31 @@ class _Group:
                           "ray_node_id": None, "host": None, "ip": None})
 
     def _get(self, refs: list, what: str) -> list:
-        """Results of one call per actor (or per actor of a prefix: trainer rank 0 alone).
+        """Results of one call per actor (or per actor of a prefix: trainer rank 0 alone), in
+        the order they finish; HangError naming those that have not answered by the deadline.
 
         When one actor's call fails, a peer that died is the likelier cause (a killed rank
         breaks its peers' collectives), so its death is reported instead of their errors."""
-        out = []
         whos = [_who(label, info) for label, info in zip(self.labels[:len(refs)], self.info[:len(refs)], strict=True)]
-        for i, (ref, who) in enumerate(zip(refs, whos, strict=True)):
+        index = {ref: i for i, ref in enumerate(refs)}
+        deadline = self.deadlines.of(what, first=any((i, what) not in self._answered for i in range(len(refs))))
+        started, out, pending = time.monotonic(), {}, list(refs)
+        while pending:
+            left = deadline.seconds - (time.monotonic() - started)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(left, 0.0))
+            if not ready:
+                late = [whos[index[ref]] for ref in pending]
+                raise HangError(deadline.missed(late, what, time.monotonic() - started))
+            i = index[ready[0]]
             try:
-                out.append(get_one(ref, who, what))
+                out[i] = get_one(ready[0], whos[i], what)
             except ActorDiedError:
                 raise
             except Exception as err:
                 _raise_dead_peer(refs[:i] + refs[i + 1:], whos[:i] + whos[i + 1:], what, err)
                 raise
-        return out
+        self._answered.update((i, what) for i in range(len(refs)))
+        return [out[i] for i in range(len(refs))]
 
     def call(self, method: str, *args) -> list:
         return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
@@ -126,9 +148,11 @@ class TrainerGroup(_Group):
     role = "trainer"
 
     def __init__(self, cls, config, plan, placement):
-        super().__init__()
+        super().__init__(CallDeadlines.of_run(config, plan))
         self.world, self.dp = plan.mesh.world, plan.mesh.dp
         self.model_parallel = plan.mesh.world != plan.mesh.dp or plan.mesh.ep * plan.mesh.etp > 1
+        self.bucket_transport = plan.sync.transport
+        """How the weight sync's buckets travel (plan/sync.py bucket_transport): weight_sync applies it."""
         self._transfer_connected = False
         remote_cls, secrets = _remote_with_secrets(cls)
         for rank, gpu_slot in enumerate(plan.placement.trainer_slots):
@@ -138,7 +162,7 @@ class TrainerGroup(_Group):
 
     def start(self) -> None:
         self.wait_ready()
-        addr, port = get_one(self.actors[0].master_address.remote(), "trainer rank 0", "master_address")
+        addr, port = self._get([self.actors[0].master_address.remote()], "master_address")[0]
         self.call("init_distributed", addr, port)
 
     def _dp_rank(self, rank: int) -> int:
@@ -167,12 +191,17 @@ class TrainerGroup(_Group):
         parallelism every rank (each tensor is gathered across ranks; only rank 0 keeps it)."""
         return self.actors if self.model_parallel else self.actors[:1]
 
-    def begin_export(self, version: int, with_base: bool, max_bucket_bytes: int):
+    def begin_export(self, version: int, with_base: bool, max_bucket_bytes: int, transport: str = "host"):
         """Start the streamed export of policy `version`; returns the ObjectRef of rank 0's
         WeightUpdate header, passed on to the engines unread: a failed begin surfaces through
-        the engines' begin_weight_update (which takes it) and through next_bucket."""
-        refs = [a.begin_export.remote(version, with_base, max_bucket_bytes) for a in self._exporters()]
+        the engines' begin_weight_update (which takes it) and through next_bucket. `transport`
+        "cuda_ipc": rank 0's buckets are handles of its device buffers (the engines' GPU)."""
+        refs = [a.begin_export.remote(version, with_base, max_bucket_bytes, transport) for a in self._exporters()]
         return refs[0]
+
+    def release_export(self) -> None:
+        """Every engine finished the update: rank 0 frees the device buffers it kept for it."""
+        self._get([self.actors[0].release_export.remote()], "release_export")
 
     def next_bucket(self) -> tuple:
         """(BucketInfo, ObjectRef of rank 0's WeightBucket), or (None, None) after the last.
@@ -190,7 +219,7 @@ class TrainerGroup(_Group):
         """GPU engines: build the trainer side of their transfer on every rank, once."""
         if self._transfer_connected:
             return
-        addr, port = get_one(self.actors[0].master_address.remote(), "trainer rank 0", "master_address")
+        addr, port = self._get([self.actors[0].master_address.remote()], "master_address")[0]
         self.call("connect_weight_transfer", engines.actors, addr, port)
         self._transfer_connected = True
 
@@ -202,7 +231,7 @@ class EngineGroup(_Group):
     role = "engine"
 
     def __init__(self, cls, config, plan, placement):
-        super().__init__()
+        super().__init__(CallDeadlines.of_run(config, plan))
         remote_cls, secrets = _remote_with_secrets(cls)
         for index, gpu_slots in enumerate(plan.placement.engine_slots):
             slot = placement.slot(gpu_slots[0])
@@ -213,6 +242,8 @@ class EngineGroup(_Group):
             self._add(handle, f"engine {index}", slot)
         self.least_loaded = config.inference.router.policy.value == "least_loaded"
         self.in_flight = [0] * len(self.actors)
+        self._progress_at = [0.0] * len(self.actors)
+        """When each busy engine last finished a chunk (or, idle before, was given one): monotonic s."""
         self._owner: dict = {}
         self._transfer: str | None = None
         self._transfer_asked = False
@@ -227,14 +258,48 @@ class EngineGroup(_Group):
         else:
             engine = chunk_index % len(self.actors)
         ref = self.actors[engine].generate.remote(request)
+        if self.in_flight[engine] == 0:
+            self._progress_at[engine] = time.monotonic()
         self.in_flight[engine] += 1
         self._owner[ref] = engine
         return ref
 
+    def wait_done(self, refs: list, timeout_s: float | None = None) -> list:
+        """The chunks among `refs` (from submit) that are done, like ray.wait: at least one, or
+        with timeout_s whatever finished within it. HangError when an engine holding one of
+        them has finished no chunk for its generate deadline: queued chunks wait their turn,
+        so the clock runs from its last finished chunk, not from each submission."""
+        stop = None if timeout_s is None else time.monotonic() + timeout_s
+        wait_s = 0.0  # first what is done already: the driver may have been busy elsewhere for long
+        while True:
+            ready, _ = ray.wait(refs, num_returns=1 if stop is None else len(refs), timeout=wait_s)
+            now = time.monotonic()
+            for ref in ready:
+                self._progress_at[self._owner[ref]] = now
+            if ready or (stop is not None and now >= stop):
+                return ready
+            due_at = self._raise_if_late({self._owner[r] for r in refs}, now)
+            wait_s = max((due_at if stop is None else min(due_at, stop)) - now, 0.0)
+
+    def _raise_if_late(self, engines: set[int], now: float) -> float:
+        """HangError naming the engines past their generate deadline; else when the first one is due."""
+        due = {e: self._progress_at[e] + self._generate_deadline(e).seconds for e in engines}
+        if late := sorted(e for e, at in due.items() if at <= now):
+            whos = [_who(self.labels[e], self.info[e]) for e in late]
+            raise HangError(self._generate_deadline(late[0]).missed(whos, "generate", now - self._progress_at[late[0]]))
+        return min(due.values())
+
+    def _generate_deadline(self, engine: int):
+        return self.deadlines.of("generate", first=(engine, "generate") not in self._answered)
+
     def result(self, ref):
+        """The Generation of one submitted chunk (waiting for it as wait_done does)."""
+        self.wait_done([ref])
         engine = self._owner.pop(ref)
         self.in_flight[engine] -= 1
-        return get_one(ref, _who(self.labels[engine], self.info[engine]), "generate")
+        out = get_one(ref, _who(self.labels[engine], self.info[engine]), "generate")
+        self._answered.add((engine, "generate"))
+        return out
 
     def weight_transfer(self) -> str | None:
         """The GPU weight transfer the engines started with, or None (buckets); asked once."""

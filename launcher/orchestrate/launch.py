@@ -14,6 +14,7 @@ from pathlib import Path
 from launcher.orchestrate.cluster import gpu_resource, ray_session
 from launcher.orchestrate.groups import ActorDiedError, EngineGroup, TrainerGroup
 from launcher.orchestrate.placement import Placement, PlacementError
+from launcher.orchestrate.ray_processes import RayStartInterrupted
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 3, 130
 PLACEMENT_TIMEOUT_S = 120.0
@@ -54,7 +55,7 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
 
     config = composed.config
     state = load_driver_state(resume_from) if resume_from else DriverState()
-    tokenizer = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size)
+    tokenizer = make_tokenizer(config.model)
     logger = StepLogger(run_dir, config.logging, config.run, state.step, _logged_config(composed, plan))
     return Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
                    tokenizer=tokenizer, stream=PromptStream(config.data, config.run.seed, tokenizer),
@@ -64,17 +65,29 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
 
 def place_groups(config, plan, embedded: bool, with_engines: bool = True):
     """(trainer group, engine group or None), placed on the plan's slots and started: the
-    run, `export` (trainers only) and `eval` bring them up the same way."""
+    run, `export` (trainers only) and `eval` bring them up the same way.
+
+    Colocated, the engines start first and go to sleep (plan.memory.sleep_level) before any
+    trainer rank is created: an awake engine holds its whole gpu_memory_utilization budget,
+    which next to a trainer building its weights, grads and optimizer does not fit a GLM-5.3-Flash
+    GPU (MEM008 checks the start-up the planner models). The first weight sync then wakes the
+    engines' weights. Async groups own disjoint GPUs and start together."""
     from launcher.backends import engine_class, trainer_class
 
     where = "the embedded Ray" if embedded else f"the Ray cluster at {config.cluster.ray_address}"
     placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(embedded), embedded, where)
     placement.ready(PLACEMENT_TIMEOUT_S)
-    trainers = TrainerGroup(trainer_class(config.trainer.backend.value), config, plan, placement)
+
+    colocated = plan.placement.mode == "colocated"
     engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement) if with_engines \
         else None
+    if engines is not None and colocated:
+        engines.wait_ready()
+        if plan.memory.sleep_level:
+            engines.call("sleep", plan.memory.sleep_level)
+    trainers = TrainerGroup(trainer_class(config.trainer.backend.value), config, plan, placement)
     trainers.start()
-    if engines is not None:
+    if engines is not None and not colocated:
         engines.wait_ready()
     return trainers, engines
 
@@ -141,8 +154,9 @@ def launch(composed, plan, run_dir) -> int:
                 sys.stdout.write(_already_complete(config, run_dir, resume_from))
                 return EXIT_OK
             last = _run(composed, plan, run_dir, ckpt, resume_from)
-        except KeyboardInterrupt:
-            sys.stderr.write(f"interrupted; Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
+        except KeyboardInterrupt as err:
+            what = err.args[0] if isinstance(err, RayStartInterrupted) else "interrupted; Ray stopped"
+            sys.stderr.write(f"{what}. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return EXIT_INTERRUPTED
         except (ActorDiedError, CheckpointError, PlacementError, RewardFnError) as err:  # expected failures: no traceback
             sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")

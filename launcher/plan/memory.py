@@ -3,18 +3,26 @@
 Colocated runs alternate two phases on the same GPUs. Generation: the engine owns its
 gpu_memory_utilization budget while the trainer has offloaded weights, grads and
 optimizer and keeps only its runtime reserve. Training: the trainer's full footprint
-plus what a sleeping engine keeps (sleep_level 0 never releases the budget).
+plus what a sleeping engine keeps (sleep level 0 never releases the budget).
+Before the first step they start up (launcher/orchestrate/launch.py place_groups): the
+engines start and go to sleep, then the trainer builds (start-up: the sleeping engine +
+the built trainer), then the first weight sync wakes the engines' weights while the
+trainer is still whole (first sync: + the engine's weights + one transfer bucket).
 Host memory per node: sleeping engines' weights (sleep level 1), the colocated
-trainer's offloaded state, and CPU-offloaded optimizer state.
+trainer's offloaded state, and CPU-offloaded optimizer state. The sleep level is the
+resolved one (plan/_sleep.py), which the engines and the sync loop use.
 """
 from dataclasses import dataclass
 
 from launcher.plan._arch import ArchFacts
 from launcher.plan._memory_inference import ENGINE_ASLEEP_GIB, InferenceMemory, engine_reserve, inference_memory
-from launcher.plan._memory_trainer import TrainerMemory, trainer_memory
+from launcher.plan._memory_trainer import GIB, TrainerMemory, trainer_memory
+from launcher.plan._origin import Origins
+from launcher.plan._sleep import resolve_sleep_level
 from launcher.plan.lora import LoraPlan
 from launcher.plan.mesh import MeshPlan
 from launcher.plan.params import ParamCounts
+from launcher.plan.sync import sync_kind, transfer_buffer_bytes
 from launcher.schema.root import LauncherConfig
 
 
@@ -23,6 +31,14 @@ class PhaseMemory:
     generation_gib: float
     training_gib: float
     peak_gib: float
+    """The larger of generation and training: what every step needs (MEM004)."""
+    startup_gib: float
+    """The engine asleep + the trainer built (weights, grads, optimizer, LoRA, runtime: all but
+    activations), before the first sync (MEM008)."""
+    first_sync_gib: float
+    """The first weight sync: start-up + the engine's weights awake + one transfer bucket (MEM008)."""
+    transfer_bucket_gib: float
+    """One bucket of the weight stream (plan/sync.py transfer_buffer_bytes: >= the largest tensor)."""
 
 
 @dataclass
@@ -39,28 +55,37 @@ class MemoryPlan:
     inference: InferenceMemory
     colocated: PhaseMemory | None
     host: HostMemory
+    sleep_level: int
+    """The level engines sleep at (0: never): inference.sleep_level, or derived from placement and sync kind."""
 
 
-def _phases(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory) -> PhaseMemory:
+def _phases(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, level: int) -> PhaseMemory:
     generation = inf.budget_gib + tr.runtime_gib
     asleep = engine_reserve(ENGINE_ASLEEP_GIB, cfg.cluster.gpu.arch.value)
-    engine_asleep = inf.budget_gib if cfg.inference.sleep_level == 0 else asleep
+    engine_asleep = inf.budget_gib if level == 0 else asleep
     training = tr.total_gib + engine_asleep
-    return PhaseMemory(generation_gib=generation, training_gib=training, peak_gib=max(generation, training))
+    startup = tr.total_gib - tr.activations_gib + engine_asleep
+    woken = 0.0 if level == 0 else inf.weights_gib  # an awake engine's weights are inside its budget
+    bucket = transfer_buffer_bytes(cfg) / GIB
+    return PhaseMemory(generation_gib=generation, training_gib=training, peak_gib=max(generation, training),
+                       startup_gib=startup, first_sync_gib=startup + woken + bucket, transfer_bucket_gib=bucket)
 
 
-def _host(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, colocated: bool) -> HostMemory:
+def _host(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, colocated: bool, level: int) -> HostMemory:
     gpn = cfg.cluster.gpus_per_node
-    sleeping = inf.weights_gib * gpn if colocated and cfg.inference.sleep_level == 1 else 0.0
+    sleeping = inf.weights_gib * gpn if colocated and level == 1 else 0.0
     offloaded = (tr.weights_gib + tr.grads_gib + tr.optimizer_gib + tr.lora_gib) * gpn if colocated else 0.0
     optim = tr.optimizer_host_gib * gpn
     return HostMemory(sleeping_engine_weights_gib=sleeping, offloaded_trainer_gib=offloaded,
                       optimizer_offload_gib=optim, total_per_node_gib=sleeping + offloaded + optim)
 
 
-def plan_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: LoraPlan, f: ArchFacts) -> MemoryPlan:
+def plan_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: LoraPlan, f: ArchFacts,
+                log: Origins) -> MemoryPlan:
     tr = trainer_memory(cfg, params, mesh, lora, f)
     inf = inference_memory(cfg, params, f)
     colocated = cfg.placement.mode.value == "colocated"
-    return MemoryPlan(trainer=tr, inference=inf, colocated=_phases(cfg, tr, inf) if colocated else None,
-                      host=_host(cfg, tr, inf, colocated))
+    level, why = resolve_sleep_level(cfg, sync_kind(cfg))
+    log.add("memory.sleep_level", level, why)
+    return MemoryPlan(trainer=tr, inference=inf, colocated=_phases(cfg, tr, inf, level) if colocated else None,
+                      host=_host(cfg, tr, inf, colocated, level), sleep_level=level)

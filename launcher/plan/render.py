@@ -43,9 +43,12 @@ def plan_tables(plan) -> str:
                                                 ("max-length seqs in budget", inf.max_len_sequences_in_budget)]),
     ]
     if mem.colocated:
-        parts.append(_table("# colocated phases", [("generation", _gib(mem.colocated.generation_gib)),
-                                                   ("training", _gib(mem.colocated.training_gib)),
-                                                   ("peak", _gib(mem.colocated.peak_gib))]))
+        ph = mem.colocated
+        parts.append(_table("# colocated phases", [
+            ("start-up: engines asleep, trainer built", _gib(ph.startup_gib)),
+            ("first sync: + engine weights, transfer bucket", _gib(ph.first_sync_gib)),
+            ("generation", _gib(ph.generation_gib)), ("training", _gib(ph.training_gib)),
+            ("peak of a step", _gib(ph.peak_gib)), ("engine sleep level", mem.sleep_level)]))
     parts.append(_table("# host memory per node", [("sleeping engine weights", _gib(mem.host.sleeping_engine_weights_gib)),
                                                    ("offloaded trainer", _gib(mem.host.offloaded_trainer_gib)),
                                                    ("optimizer offload", _gib(mem.host.optimizer_offload_gib)),

@@ -1,9 +1,11 @@
 """Weight sync per step: bytes shipped to the engines and the time over the relevant link.
 
 Merged sync ships every parameter in the model dtype to every engine; adapter sync ships
-the LoRA tensors only. hf engines take buckets staged through host memory; other colocated
-engines receive over NVLink (CUDA IPC; intra-node link of each GPU, all GPUs of an engine
-in parallel). Async engines receive over the network, limited by
+the LoRA tensors only. hf engines take buckets: on GPUs, one engine sharing trainer rank 0's
+GPU maps each bucket's device buffer by CUDA IPC handle and copies it device to device
+(`bucket_transport`); otherwise buckets are staged through host memory. Other colocated
+engines (vLLM) receive over NVLink (CUDA IPC; intra-node link of each GPU, all GPUs of an
+engine in parallel). Async engines receive over the network, limited by
 both the trainer nodes' NICs (all engines' copies leave through them) and the engine's own.
 """
 from dataclasses import dataclass
@@ -25,6 +27,16 @@ HOST_STAGED_GIB_PER_S = 1.0
 gather, device -> pageable host copy, host -> device load. Measured on 2 H200s (TP2
 megatron trainer -> hf engine, 4-layer slice, benchmarks/colocated_sync.py): 44.3 GiB in
 47.1 s and 41.7 s (0.94, 1.06 GiB/s), in one process; Ray's object store adds to it."""
+CUDA_IPC_GIB_PER_S = 54.0
+"""hf engine on trainer rank 0's GPU taking buckets by CUDA IPC: gather and merge, pack into
+the bucket's device buffer, device -> device load. Measured on one H200
+(benchmarks/colocated_ipc_sync.py: megatron trainer rank 0 -> hf engine in a second process,
+4-layer slice, merged, 45 buckets of 1 GiB; benchmarks/results/colocated_ipc_sync_h200x1*.json):
+44.3 GiB in 0.82 s and 0.77 s (54.3, 57.3 GiB/s), against 40.0 s and 39.8 s for host staging
+in the same runs. Without Ray: a run adds its actor calls (SYNC_BUCKET_OVERHEAD_S per bucket)."""
+
+HOST, CUDA_IPC = "host", "cuda_ipc"
+"""How weight buckets travel from trainer rank 0 to the engines (`bucket_transport`)."""
 
 
 TRANSFER_BUFFER_ALIGN_BYTES = 1 << 20
@@ -60,13 +72,39 @@ def largest_tensor_elements(a: ArchConfig) -> tuple[int, str]:
     return sizes[which], which
 
 
-def transfer_buffer_bytes(cfg: LauncherConfig) -> int:
-    """vLLM's packed IPC/NCCL buffer (`packed_buffer_size_bytes`): it must hold the largest
-    single tensor (its producer refuses a larger one; the default 1 GiB is below GLM's 1.18 GiB
-    embedding) and a whole bucket, rounded up to a MiB."""
+def transfer_buffer_bytes(cfg: LauncherConfig, bucket_bytes: int = int(SYNC_BUCKET_GIB * GIB)) -> int:
+    """A packed IPC/NCCL buffer (vLLM's `packed_buffer_size_bytes`, the hf engine's CUDA IPC
+    bucket buffer): it must hold the largest single tensor (the producers refuse a larger one;
+    vLLM's default 1 GiB is below GLM's 1.18 GiB embedding) and a whole bucket of
+    `bucket_bytes`, rounded up to a MiB."""
     elements, _ = largest_tensor_elements(cfg.model.arch)
-    need = max(elements * DTYPE_BYTES[cfg.model.dtype.value], int(SYNC_BUCKET_GIB * GIB))
+    need = max(elements * DTYPE_BYTES[cfg.model.dtype.value], bucket_bytes)
     return -(-need // TRANSFER_BUFFER_ALIGN_BYTES) * TRANSFER_BUFFER_ALIGN_BYTES
+
+
+def bucket_transport(cfg: LauncherConfig) -> str:
+    """CUDA_IPC for an hf engine that shares trainer rank 0's GPU (colocated, on GPUs, one
+    engine: engine 0 sits on GPU 0 with rank 0, launcher/plan/placement.py); HOST otherwise.
+
+    Only rank 0's buckets carry tensors, and an engine can map only memory of its own GPU
+    (Ray shows each actor its GPU alone), so engines on other GPUs would need every rank's
+    copy exported (what vLLM's IPC engine all-gathers); they, CPU runs and async runs keep
+    host buckets. vLLM engines on GPUs take merged weights through their own transfer."""
+    c, inf = cfg.cluster, cfg.inference
+    shares_rank0_gpu = cfg.placement.mode.value == "colocated" and inf.engines == 1 and inf.tp == 1
+    if inf.backend.value == "hf" and c.gpu.arch.value != "cpu" and shares_rank0_gpu:
+        return CUDA_IPC
+    return HOST
+
+
+LINK_GIB_PER_S = {HOST: HOST_STAGED_GIB_PER_S, CUDA_IPC: CUDA_IPC_GIB_PER_S}
+LINK_NAMES = {HOST: "host_staged", CUDA_IPC: "cuda_ipc"}
+
+
+def bucketed_seconds(nbytes: float, transport: str) -> float:
+    """Seconds of an hf engine's bucketed sync of `nbytes` over `transport` (rate + per-bucket cost)."""
+    buckets = max(nbytes / GIB / SYNC_BUCKET_GIB, 1.0)
+    return nbytes / (LINK_GIB_PER_S[transport] * GIB) + buckets * SYNC_BUCKET_OVERHEAD_S
 
 
 @dataclass
@@ -82,28 +120,37 @@ class SyncPlan:
     largest_tensor: str = ""
     """Which tensor that is."""
     transfer_buffer_bytes: int = 0
-    """vLLM's packed_buffer_size_bytes for IPC/NCCL: >= largest tensor and the bucket."""
+    """Packed IPC/NCCL buffer (vLLM's packed_buffer_size_bytes, the hf engine's CUDA IPC
+    bucket buffer): >= largest tensor and the bucket."""
+    transport: str = HOST
+    """How buckets reach the engines (bucket_transport): the trainer group applies it."""
+
+
+def sync_kind(cfg: LauncherConfig) -> str:
+    """What every weight sync ships: "adapter" (LoRA, trainer.lora.merge false), "merged" (LoRA
+    merged into the base) or "full" (full fine-tuning); the sleep level is derived from it too."""
+    if cfg.trainer.lora.rank > 0:
+        return "merged" if cfg.trainer.lora.merge else "adapter"
+    return "full"
 
 
 def plan_sync(cfg: LauncherConfig, params: ParamCounts, lora: LoraPlan, trainer_gpus: int) -> SyncPlan:
     dtype = DTYPE_BYTES[cfg.model.dtype.value]
-    if lora.rank > 0 and not cfg.trainer.lora.merge:
-        kind, nbytes = "adapter", lora.params_total * dtype
-    else:
-        kind, nbytes = ("merged" if lora.rank > 0 else "full"), params.total * dtype
+    kind = sync_kind(cfg)
+    nbytes = (lora.params_total if kind == "adapter" else params.total) * dtype
     inf, links = cfg.inference, cfg.cluster.links
+    transport = bucket_transport(cfg)
     buckets = max(nbytes / GIB / SYNC_BUCKET_GIB, 1.0) * SYNC_BUCKET_OVERHEAD_S
     if inf.backend.value == "hf":
-        link, wire = "host_staged", nbytes / (HOST_STAGED_GIB_PER_S * GIB)
+        link, seconds = LINK_NAMES[transport], bucketed_seconds(nbytes, transport)
     elif cfg.placement.mode.value == "colocated":
-        link, wire = "intra_node", nbytes * 8 / (inf.tp * links.intra_node_gbps * 1e9)
+        link, seconds = "intra_node", nbytes * 8 / (inf.tp * links.intra_node_gbps * 1e9) + buckets
     else:
         rate = links.inter_node_gbps * 1e9 * NETWORK_EFFICIENCY
         receive = nbytes * 8 / (inf.tp * rate)
         send = inf.engines * nbytes * 8 / (max(trainer_gpus, 1) * rate)
-        link, wire = "inter_node", max(receive, send)
-    seconds = wire + buckets
+        link, seconds = "inter_node", max(receive, send) + buckets
     largest, which = largest_tensor_elements(cfg.model.arch)
     return SyncPlan(kind=kind, bytes_per_engine=int(nbytes), gib_per_engine=nbytes / GIB, link=link, seconds=seconds,
                     largest_tensor_bytes=largest * dtype, largest_tensor=which,
-                    transfer_buffer_bytes=transfer_buffer_bytes(cfg))
+                    transfer_buffer_bytes=transfer_buffer_bytes(cfg), transport=transport)

@@ -25,7 +25,11 @@ def overlong_penalty_B(response_len_B: torch.Tensor, max_response_len: int, buff
 
 
 def has_signal(rewards_G: torch.Tensor) -> bool:
-    """A group teaches something only if its rewards differ (else every advantage is 0)."""
+    """A group teaches something only if its task rewards differ. The loops pass the task's
+    scores, before the overlong penalty (verl's DAPO filters on the score or accuracy too):
+    in a group whose samples all failed alike, the penalty alone would make the advantages,
+    and group normalisation makes any penalty, however small, a full-size push towards
+    stopping at once (a random-init model then learns to answer nothing)."""
     return bool((rewards_G.max() - rewards_G.min()).abs() > 1e-9)
 
 

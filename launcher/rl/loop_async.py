@@ -17,7 +17,6 @@ import collections
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import ray
 import torch
 
 from launcher.rl.rollout import chunk_seed, groups_per_chunk, make_chunks, sampling_params, score_group, split_generation
@@ -61,7 +60,7 @@ class _Generator:
         if not self.pending:
             time.sleep(POLL_S)
             return []
-        done, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=POLL_S)
+        done = self.rt.engines.wait_done(list(self.pending), timeout_s=POLL_S)
         groups = []
         for ref in done:
             members, problems, prompt_ids = self.pending.pop(ref)
@@ -89,7 +88,7 @@ def run_async(rt: Runtime) -> None:
             gen.pump(capacity - len(queue))
             for group in gen.harvest():
                 seen.append(group)
-                if rt.algorithm.keep_group(torch.tensor(group.rewards)):
+                if rt.algorithm.keep_group(torch.tensor(group.task_rewards)):
                     queue.append(group)
                 else:
                     dropped["no_signal"] += 1

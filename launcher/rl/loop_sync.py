@@ -8,7 +8,6 @@ evaluation of the previous step's weights, when due, runs right after the wake.
 import sys
 import time
 
-import ray
 import torch
 from tqdm import tqdm
 
@@ -30,7 +29,7 @@ def _generate_round(rt: Runtime, step: int, round_index: int, n_prompts: int, ba
     pending = {rt.engines.submit(req, c): members for c, (members, req) in enumerate(chunks)}
     scored = []
     while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
+        done = rt.engines.wait_done(list(pending))
         members = pending.pop(done[0])
         gen = rt.engines.result(done[0])
         for g, rows in split_generation(members, gen, G):
@@ -51,7 +50,7 @@ def fill_groups(generate_round, keep_group, wanted: int, max_regenerations: int)
     while True:
         scored = generate_round(rounds, wanted - len(kept))
         seen += [s[2] for s in scored]
-        kept += [s for s in scored if keep_group(torch.tensor(s[2].rewards))]
+        kept += [s for s in scored if keep_group(torch.tensor(s[2].task_rewards))]
         rounds += 1
         if len(kept) >= wanted or rounds > max_regenerations:
             break
@@ -79,7 +78,7 @@ def collect_groups(rt: Runtime, step: int) -> tuple[list, dict]:
 
 def run_sync(rt: Runtime) -> None:
     cfg = rt.config
-    level = cfg.inference.sleep_level
+    level = rt.plan.memory.sleep_level  # inference.sleep_level, or derived from the sync kind
     while rt.state.step < cfg.run.steps:
         step = rt.state.step + 1
         t0 = time.monotonic()

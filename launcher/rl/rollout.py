@@ -28,6 +28,8 @@ class Group:
     correct: list[bool]
     reward_errors: int = 0
     """Responses scored 0 because the reward raised, timed out or returned no finite number."""
+    truncated: int = 0
+    """Responses cut at max_response_len without an EOS id (what DAPO's overlong penalty targets)."""
 
 
 def sampling_params(alg) -> SamplingParams:
@@ -67,7 +69,8 @@ def score_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: 
     return Group(problem=problem, prompt_ids=prompt_ids, responses=responses,
                  logprobs=[gen.logprobs[r] for r in rows], policy_version=gen.policy_version,
                  task_rewards=task_rewards, rewards=shaped_B.tolist(), correct=[s.correct for s in scored],
-                 reward_errors=sum(s.error is not None for s in scored))
+                 reward_errors=sum(s.error is not None for s in scored),
+                 truncated=sum(not gen.finished[r] for r in rows))
 
 
 def split_generation(members: list[int], gen: Generation, samples: int) -> list[tuple[int, range]]:

@@ -6,7 +6,7 @@ from pathlib import Path
 from launcher.rl.checkpoint import Checkpointer, DriverState
 from launcher.rl.data import PromptStream
 from launcher.rl.metrics import StepLogger
-from launcher.rl.weight_sync import SyncStats, check_pending, sync_weights
+from launcher.rl.weight_sync import SyncStats, check_pending, engines_hold_base, sync_weights
 
 
 @dataclass
@@ -48,10 +48,15 @@ class Runtime:
 
         wait=False (async): the engines take the update after the chunks already queued on
         them; this returns once its last bucket is handed over (the export has then read
-        every weight, so the trainer may take its next step)."""
+        every weight, so the trainer may take its next step).
+
+        with_base is dropped when the engines serve the very checkpoint the trainer adapts
+        (weight_sync.engines_hold_base): the first adapter sync then ships the adapter alone."""
         started = time.monotonic()
         if self.last_sync is not None:
             check_pending(self.engines, self.last_sync.pending)
+        if with_base and engines_hold_base(self.engines, self.config):
+            with_base = False
         self.last_sync = sync_weights(self.trainers, self.engines, self.state.policy_version, with_base, wait)
         return time.monotonic() - started
 
@@ -95,7 +100,10 @@ def generation_summary(groups_seen: list, seconds: float) -> dict:
     rewards = [r for g in groups_seen for r in g.task_rewards]
     correct = [c for g in groups_seen for c in g.correct]
     lengths = [len(t) for g in groups_seen for t in g.responses]
+    shaping = [s - r for g in groups_seen for s, r in zip(g.rewards, g.task_rewards, strict=True)]
     n = max(len(rewards), 1)
     return {"reward": sum(rewards) / n, "accuracy": sum(correct) / n, "response_len": sum(lengths) / n,
             "generated_tokens": sum(lengths), "groups_generated": len(groups_seen), "gen_s": seconds,
-            "reward_errors": sum(g.reward_errors for g in groups_seen)}
+            "reward_errors": sum(g.reward_errors for g in groups_seen),
+            "truncated_frac": sum(g.truncated for g in groups_seen) / n,
+            "overlong_penalized_frac": sum(d < 0 for d in shaping) / n, "overlong_penalty_mean": sum(shaping) / n}

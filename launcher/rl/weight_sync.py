@@ -26,6 +26,7 @@ their own buffers. That path runs only on GPUs (tests/gpu/test_vllm_gpu.py).
 import collections
 from dataclasses import dataclass, field
 
+from launcher.backends._base_identity import checkpoint_base
 from launcher.backends._stream import BUCKET_BYTES
 
 MAX_BUCKETS_ALIVE = 2
@@ -46,6 +47,18 @@ class SyncStats:
     """wait=False: the engines' calls still queued (checked at the next sync)."""
 
 
+def engines_hold_base(engines, config) -> bool:
+    """Adapter sync: whether every engine already serves the frozen base the trainer adapts,
+    the checkpoint model.hf_path (same folder, same sha256 of its index) it loaded at start;
+    then a sync asked to send the base (the first one) sends only the adapter. A random init
+    has no such base, and an engine that dropped its weights (sleep level 2) reports none."""
+    lora = config.trainer.lora
+    if lora.rank <= 0 or lora.merge or not config.model.hf_path:
+        return False
+    expected = checkpoint_base(config.model.hf_path)
+    return all(loaded == expected for loaded in engines.call("loaded_base"))
+
+
 def sync_weights(trainers, engines, version: int, with_base: bool, wait: bool,
                  max_bucket_bytes: int | None = None) -> SyncStats:
     """Push policy `version` from the trainer group to the engine group (orchestrate.groups)."""
@@ -62,7 +75,9 @@ def stream_weights(trainers, engines, version: int, with_base: bool, wait: bool,
     if max_alive < 1:
         raise ValueError(f"max_alive={max_alive}: at least the bucket being loaded must be alive")
     # The header goes from the trainer to the engines without a round trip through here.
-    began = engines.begin_weight_update(trainers.begin_export(version, with_base, max_bucket_bytes))
+    # The trainer group's transport: host buckets, or CUDA IPC handles for an engine on rank 0's GPU.
+    began = engines.begin_weight_update(trainers.begin_export(version, with_base, max_bucket_bytes,
+                                                              trainers.bucket_transport))
     stats = SyncStats()
     in_flight: collections.deque = collections.deque()  # (bucket ref, the engines' load refs)
 
@@ -92,6 +107,7 @@ def stream_weights(trainers, engines, version: int, with_base: bool, wait: bool,
         while in_flight:
             retire_oldest()
         engines.wait(finished, "finish_weight_update")
+        trainers.release_export()  # CUDA IPC: the last buffers rank 0 kept for the engines
     else:
         # The queued calls hold their bucket until loaded; the driver keeps only the results.
         stats.pending = [began, *(loads for _, loads in in_flight), finished]

@@ -58,6 +58,7 @@ RANGES: dict[str, Range] = {
     "run.eval_every_steps": _zero("never", checked_by="EVAL001"),
     "run.eval_samples": _zero("greedy only"),
     "run.eval_problems": Range(1, checked_by="EVAL001"),
+    "run.hang_timeout_s": POS_FLOAT,
     **{f"model.arch.{name}": POS for name in (
         "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
         "num_attention_heads", "num_key_value_heads", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim",

@@ -46,5 +46,17 @@ class ClusterConfig:
     links: LinksConfig = field(default_factory=LinksConfig)
     """Interconnect bandwidths for the cost model and weight-sync estimates."""
     ray_address: Optional[str] = None
-    """Address of a running Ray cluster (`ray://host:10001` or `auto`); null starts an
-    embedded local Ray with the cluster's nodes and GPUs as logical resources."""
+    """Address of a running Ray cluster (`host:6379`, `ray://host:10001` or `auto`); null starts an
+    embedded local Ray with the cluster's nodes and GPUs as logical resources. Required by `submit`."""
+    dashboard_address: Optional[str] = None
+    """The Ray dashboard's HTTP address that `submit` sends Ray jobs to (`http://host:8265`; `jobs` asks
+    the one each job went to); null = the host of ray_address on Ray's default dashboard port 8265
+    (127.0.0.1 for `auto`).
+    With token auth (RAY_AUTH_MODE=token) Ray's client sends the token from RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token."""
+    ship_code: bool = True
+    """On a Ray cluster (ray_address set, and for `submit`'s jobs), upload this repository (code,
+    recipes, data/) to every node as Ray's runtime_env working_dir, without runs/, .venv*, .git, .whl,
+    .pkgs, weight files (*.safetensors, *.pt, *.bin) and what .gitignore lists; Ray caches it per content
+    and refuses a package over its gRPC message size (512 MiB). false: every node has the project
+    installed at the same version and the same paths."""

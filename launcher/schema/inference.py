@@ -1,5 +1,6 @@
 """`inference:` section: the generation engines (vLLM or HF)."""
 from dataclasses import dataclass, field
+from typing import Optional
 
 from launcher.schema._choices import InferenceBackendName, KvCacheDtype, RouterPolicy
 
@@ -32,8 +33,11 @@ class InferenceConfig:
     """Longest prompt + response per sequence; sizes the DSA cache."""
     kv_cache_dtype: KvCacheDtype = KvCacheDtype.auto
     """KV cache dtype (GLM-5.3-Flash recipes: bfloat16)."""
-    sleep_level: int = 1
-    """Colocated sleep: 1 = weights to host RAM + drop cache, 2 = drop both, 0 = never sleep."""
+    sleep_level: Optional[int] = None
+    """Colocated sleep: 1 = weights to host RAM + drop cache, 2 = drop both (the next sync re-sends
+    them), 0 = never sleep. null = derived by the planner (plan.memory.sleep_level): 2 for merged
+    sync and full fine-tuning (every sync re-sends the whole model), 1 for adapter sync (the base
+    stays put in host RAM, only adapters move), 0 for async placement. A set value overrides it."""
     concurrency_per_engine: int = 128
     """Requests in flight per engine; x engines must stay within router.queue_size."""
     router: RouterConfig = field(default_factory=RouterConfig)

@@ -12,7 +12,10 @@ class RunConfig:
     steps: int = 10
     """Number of policy updates (RL steps), >= 1. Interacts with checkpoint.every_steps."""
     output_dir: str = "runs"
-    """Parent folder of run directories (relative to the current directory or absolute)."""
+    """Parent folder of run directories (relative to the current directory or absolute). On a Ray
+    cluster (cluster.ray_address set) trainers write checkpoints and the driver metrics here, so it must
+    be an absolute path on storage every node sees (NFS, Lustre, ...): RUN003 warns when it is relative
+    or node-local (/tmp, /dev/shm, ...); `submit` passes it to the job as an absolute path."""
     resume: str = "auto"
     """`auto`: continue from the newest checkpoint in the run directory if there is one;
     `never`: start fresh (refuses a run directory that already holds checkpoints);
@@ -31,3 +34,9 @@ class RunConfig:
     eval_problems: Optional[int] = None
     """Held-out problems per evaluation, >= 1: the first N of data.val_path (file order); null = all
     of it, or 128 generated problems for a synthetic task without data.val_path."""
+    hang_timeout_s: Optional[float] = None
+    """Seconds the driver waits for an actor's call (generate, train_step, a weight-sync step, ...)
+    before the run fails as hung (exit 3, naming the actor, the call and the time), > 0; null =
+    derived per call from the plan: 3 x its phase's estimate, at least 120 s
+    (launcher/orchestrate/deadlines.py). An actor's first call of a method (start-up, the first
+    step's compilation) keeps its larger derived allowance (at least 600 s) when that is longer."""

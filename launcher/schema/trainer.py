@@ -26,8 +26,10 @@ class RecomputeConfig:
     granularity: RecomputeGranularity = RecomputeGranularity.none
     """`selective` recomputes the listed modules; `full` whole layers (rejected with mHC)."""
     modules: list[str] = field(default_factory=list)
-    """Selective modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe,
-    shared_experts, gdn_norm_out (with mHC not layernorm, mlp or mhc)."""
+    """Selective modules (megatron-core's names): core_attn, moe_act, layernorm, mla_up_proj, mlp, moe,
+    shared_experts, gdn_norm_out. With mHC not layernorm, mlp or mhc; moe_act needs MoE layers;
+    gdn_norm_out needs gated delta net, which no GLM has (KDA is not). The megatron backend applies
+    core_attn, moe and mlp (RECOMP008 warns about the rest)."""
     method: Optional[RecomputeMethod] = None
     """Full recompute method (uniform | block); null for selective."""
     num_layers: Optional[int] = None

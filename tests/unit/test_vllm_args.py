@@ -29,7 +29,7 @@ def test_colocated_gpu_engine_sleeps_and_takes_ipc_transfers(point):
     kw = _kwargs(point, "recipe=dapo_fullft")
     p = point("recipe=dapo_fullft")
     assert kw["gpu_memory_utilization"] == p.cfg.inference.gpu_memory_utilization
-    assert kw["enable_sleep_mode"] is (p.cfg.placement.mode.value == "colocated" and p.cfg.inference.sleep_level > 0)
+    assert kw["enable_sleep_mode"] is (p.cfg.placement.mode.value == "colocated" and p.plan.memory.sleep_level > 0)
     backend = "ipc" if p.cfg.placement.mode.value == "colocated" else "nccl"
     assert kw["weight_transfer_config"] == {"backend": backend}
     assert kw["tensor_parallel_size"] == p.cfg.inference.tp

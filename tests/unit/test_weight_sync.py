@@ -28,7 +28,7 @@ def test_buckets_are_bounded_ordered_complete_and_of_one_kind():
 
 
 def _trainer(*overrides, rank=0):
-    cfg = compose(["algorithm.max_response_len=3", *overrides]).config
+    cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=3", *overrides]).config
     return cfg, trainer_class("hf")(cfg, rank, 1)
 
 
@@ -88,11 +88,16 @@ class _Ref:
 class _Trainers:
     """TrainerGroup's export methods over one in-process rank, counting live buckets."""
 
+    bucket_transport = "host"  # engines in this process: host buckets
+
     def __init__(self, trainer):
         self.trainer, self.live, self.peak = trainer, weakref.WeakSet(), 0
 
-    def begin_export(self, version, with_base, max_bucket_bytes):
-        return self.trainer.begin_export(version, with_base, max_bucket_bytes)
+    def begin_export(self, version, with_base, max_bucket_bytes, transport):
+        return self.trainer.begin_export(version, with_base, max_bucket_bytes, transport)
+
+    def release_export(self):
+        self.trainer.release_export()
 
     def next_bucket(self):
         self.peak = max(self.peak, len(self.live) + 1)  # those still referenced + the one built now

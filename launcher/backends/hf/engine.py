@@ -4,7 +4,10 @@ for colocation.
 
 A "weights" bucket is loaded into the model as it arrives (a partial load_state_dict);
 "adapter" buckets are kept until finish, which wraps the model with peft on the first
-adapter and loads it. Generating between begin and finish is an error.
+adapter and loads it. Generating between begin and finish is an error. A CUDA IPC bucket
+(this engine on trainer rank 0's GPU) is mapped from the trainer's device buffer and copied
+device to device; what outlives the call (adapter tensors, parts of a fused weight whose
+other parts come in a later bucket) is copied out first, as the trainer then frees the buffer.
 
 Sleep level 1 moves the weights to host RAM (a no-op when the device is the CPU); level 2
 drops them, and the next weight update brings them back. Generating while asleep is an error.
@@ -13,6 +16,8 @@ import os
 
 import torch
 
+from launcher.backends._base_identity import checkpoint_base
+from launcher.backends._ipc import open_bucket
 from launcher.backends._manifest import SyncManifest
 from launcher.backends.hf import _lora
 from launcher.backends.hf._model import VISION_PREFIX, build_model
@@ -33,10 +38,12 @@ class HfEngine:
                              "or the vllm backend")
         self.index = engine_index
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        tok = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size)
+        tok = make_tokenizer(config.model)
         # Every EOS id of the checkpoint's generation_config (GLM: <|endoftext|>, <|user|>, <|observation|>).
         self.eos_ids, self.pad_id = tok.eos_ids, tok.pad_id
         self.model = build_model(config.model, tok.pad_id, config.run.seed).to(self.device).eval()
+        self.checkpoint = checkpoint_base(config.model.hf_path)
+        """The folder the weights were loaded from ({"hf_path", "sha256"}); None: random init."""
         self.version = 0
         self.asleep_level = 0
         self.has_weights = True
@@ -63,6 +70,11 @@ class HfEngine:
     def weight_transfer(self) -> str | None:
         return None  # buckets only
 
+    def loaded_base(self) -> dict | None:
+        """The checkpoint whose weights the engine serves, while it holds them (not after a
+        level-2 sleep): the driver then skips pushing the same frozen base (weight_sync.py)."""
+        return self.checkpoint if self.has_weights else None
+
     def begin_weight_update(self, update: WeightUpdate) -> None:
         restores = update.adapter is None or update.with_base
         if not self.has_weights:
@@ -75,14 +87,25 @@ class HfEngine:
     def load_weight_bucket(self, bucket: WeightBucket) -> int:
         if self._update is None:
             raise RuntimeError(f"engine {self.index} got a weight bucket outside an update")
+        mapped = bucket.ipc is not None
+        received = open_bucket(bucket.ipc, self.device, f"hf engine {self.index}") if mapped else bucket.tensors
         if bucket.kind == "adapter":
-            self._adapter_tensors.update(bucket.tensors)
+            self._adapter_tensors.update((n, t.clone() if mapped else t) for n, t in received)
         else:
             if self._manifest is None:
                 self._manifest = SyncManifest(self._assembler().expected, who=f"hf engine {self.index}")
-            known = [(n, t) for n, t in bucket.tensors if self._manifest.add(n, tuple(t.shape))]
+            known = [(n, t) for n, t in received if self._manifest.add(n, tuple(t.shape))]
             self._load_full(dict(known))
-        return len(bucket.tensors)
+            if mapped:
+                self._own_pending({n for n, _ in known})
+        return len(received)
+
+    def _own_pending(self, names: set[str]) -> None:
+        """Copy out the parts of not yet complete in-memory tensors that arrived in a CUDA IPC
+        bucket (views of the trainer's buffer, which is freed once this load returns)."""
+        for group in self._assembler().pending.values():
+            for name in names & group.keys():
+                group[name] = group[name].clone()
 
     def finish_weight_update(self, version: int) -> None:
         update, adapter_tensors, manifest = self._update, self._adapter_tensors, self._manifest

@@ -42,7 +42,7 @@ class HfTrainer(StreamedExport):
         _threads_from_env()
         self.cfg, self.rank, self.world = config, rank, world
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.pad_id = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size).pad_id
+        self.pad_id = make_tokenizer(config.model).pad_id
         model = build_model(config.model, self.pad_id, config.run.seed)
         self.lora = _lora.lora_kwargs(config.trainer.lora) if config.trainer.lora.rank > 0 else None
         # Full fine-tuning keeps a frozen copy as the KL reference; LoRA disables its adapters.

@@ -48,7 +48,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import struct
 import threading
 import time
 import zlib
@@ -67,6 +66,7 @@ from megatron.core.dist_checkpointing.strategies.checkpointable import (
 )
 from torch.distributed.checkpoint import DefaultLoadPlanner, DefaultSavePlanner, FileSystemReader, FileSystemWriter
 
+from launcher.backends._base_identity import base_fingerprint
 from launcher.rl.checkpoint import CheckpointMismatchError
 from model.megatron.shards import shard_splits
 
@@ -99,23 +99,6 @@ def _plain(value):
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def base_fingerprint(hf_path: str) -> str:
-    """sha256 of model.safetensors.index.json (names, files, offsets of every weight); for a
-    single-file checkpoint without an index, of each *.safetensors header instead."""
-    folder = Path(hf_path)
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        return _sha256(index.read_bytes())
-    headers = []
-    for file in sorted(folder.glob("*.safetensors")):
-        with open(file, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            headers.append(file.name.encode() + f.read(size))
-    if not headers:
-        raise FileNotFoundError(f"model.hf_path={hf_path}: no model.safetensors.index.json or *.safetensors to fingerprint")
-    return _sha256(b"\0".join(headers))
 
 
 def identity(config) -> dict:

@@ -41,7 +41,7 @@ class MegatronTrainer(StreamedExport):
     def __init__(self, config, rank: int, world: int):
         self.cfg, self.rank, self.world = config, rank, world
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-        self.pad_id = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size).pad_id
+        self.pad_id = make_tokenizer(config.model).pad_id
         self.algorithm = make_algorithm(config.algorithm)
         self.temperature = config.algorithm.temperature
         self.lora = lora_kwargs(config.trainer.lora) if config.trainer.lora.rank > 0 else None

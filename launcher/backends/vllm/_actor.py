@@ -22,7 +22,7 @@ class VllmInference:
     def __init__(self, config, engine_index: int):
         from launcher.backends.vllm._engine import VllmEngine
 
-        tok = make_tokenizer(config.model.hf_path, config.model.arch.vocab_size)
+        tok = make_tokenizer(config.model)
         self.engine = VllmEngine(config, make_plan(config), eos_id=tok.eos_id, pad_id=tok.pad_id,
                                  seed=config.run.seed + engine_index, engine_index=engine_index)
         # eos_id (one id) goes into a random-init model's config.json; requests stop on all of them.
@@ -44,6 +44,9 @@ class VllmInference:
 
     def weight_transfer(self) -> str | None:
         return self.engine.transfer_backend
+
+    def loaded_base(self) -> dict | None:
+        return self.engine.loaded_base()
 
     def begin_weight_update(self, update: WeightUpdate) -> None:
         if update.adapter is not None and not update.with_base and not self.engine.has_weights:

@@ -69,7 +69,7 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
         kwargs.update(kv_cache_memory_bytes=max(planned, _MIN_CPU_CACHE_BYTES), enforce_eager=True)
     else:
         kwargs.update(gpu_memory_utilization=inf.gpu_memory_utilization,
-                      enable_sleep_mode=colocated and inf.sleep_level > 0)
+                      enable_sleep_mode=colocated and plan.memory.sleep_level > 0)
         if not adapter_sync(cfg):
             kwargs["weight_transfer_config"] = {"backend": transfer_backend(cfg)}
     if inf.tp > 1 and not on_cpu:

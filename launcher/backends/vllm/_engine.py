@@ -11,9 +11,11 @@ import logging
 import os
 from collections import deque
 
+from launcher.backends._base_identity import checkpoint_base
 from launcher.backends._manifest import SyncManifest
 from launcher.backends.protocols import Generation, GenerationRequest
 from launcher.backends.vllm._args import adapter_sync, engine_kwargs, ray_executor_env, supported_kwargs
+from launcher.backends.vllm._glm_start import prepare_glm_engine
 from launcher.backends.vllm._model_dir import engine_model_dir
 from launcher.backends.vllm._sampling import tokens_and_logprobs, vllm_sampling_params
 from launcher.backends.vllm._transfer import engine_rank_offset
@@ -81,6 +83,9 @@ class VllmEngine:
         self.adapter_sync = adapter_sync(cfg)
         if not self.on_cpu:
             os.environ.update(ray_executor_env(cfg, plan, engine_index))
+        if plan.arch.is_glm5_next:
+            prepare_glm_engine(on_cuda=current_platform.is_cuda(), adapter_sync=self.adapter_sync,
+                               engine_index=engine_index)
         for logger_name, suffix in _EXPECTED_WARNINGS:
             logging.getLogger(logger_name).addFilter(_DropMessage(suffix))
         kwargs = engine_kwargs(cfg, plan, engine_model_dir(cfg.model, pad_id, eos_id), on_cpu=self.on_cpu, seed=seed)
@@ -92,6 +97,8 @@ class VllmEngine:
         self.transfer_backend: str | None = kwargs.get("weight_transfer_config", {}).get("backend")
         """"ipc" / "nccl" when the trainer pushes merged weights over the GPU transfer, else None."""
         self.llm = LLM(**kwargs)
+        self.checkpoint = checkpoint_base(cfg.model.hf_path)
+        """The folder vLLM loaded the weights from ({"hf_path", "sha256"}); None: dummy weights."""
         self.version = 0
         self.has_weights = True
         """False after a level-2 sleep until merged weights (or an adapter's base) arrive."""
@@ -134,6 +141,11 @@ class VllmEngine:
                     results[in_flight.pop(output.request_id)] = tokens_and_logprobs(output.outputs[0])
         tokens, logprobs, finished = (list(column) for column in zip(*results, strict=True))
         return Generation(tokens=tokens, logprobs=logprobs, finished=finished, policy_version=self.version)
+
+    def loaded_base(self) -> dict | None:
+        """The checkpoint whose weights the engine serves, while it holds them (not after a
+        level-2 sleep): the driver then skips pushing the same frozen base (weight_sync.py)."""
+        return self.checkpoint if self.has_weights else None
 
     # ---- colocation -------------------------------------------------------------------------
 

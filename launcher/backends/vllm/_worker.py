@@ -12,8 +12,26 @@ fails. The lifecycle restores checkpoint-format parameters, buffers each layer's
 weights until the layer is complete, then processes and copies them into the kernel
 tensors in place. This path works on any device (the CPU tests use it); on GPUs the
 faster CUDA-IPC and NCCL transfers are vLLM's own weight-transfer engines (_transfer.py).
+
+Each method that loads runs under the worker's `set_current_vllm_config`, as vLLM runs its
+own loads (worker_base.init_worker, the model loader): collective_rpc calls a method
+without it, and layers read the current config while loading and processing weights (the
+fused-MoE kernels' quant and parallel settings; 0.32's get_current_vllm_config raises
+outside one).
+
+vLLM imports this module in every worker process before it builds the model (the worker
+extension is resolved in worker_base.init_worker), so a TP > 1 engine's Ray workers apply
+the GLM LoRA patch here when the engine asked for it (_glm_lora_patch.PATCH_ENV).
 """
+import os
+from contextlib import contextmanager
+
 import torch
+
+from launcher.backends.vllm._glm_lora_patch import PATCH_ENV, apply_glm_lora_patch
+
+if os.environ.get(PATCH_ENV) == "1":
+    apply_glm_lora_patch()
 
 DERIVED_CACHES = ("_merged_conv_weight", "_wp_fp32")
 """Tensors vLLM's GLM layers derive from weights once and rebuild only when None (0.32: KDA's
@@ -33,10 +51,19 @@ def clear_derived_caches(model) -> int:
 
 
 class WeightSyncExtension:
+    @contextmanager
+    def _worker_config(self):
+        """The worker's VllmConfig as vLLM's current config (WorkerBase.vllm_config)."""
+        from vllm.config import set_current_vllm_config
+
+        with set_current_vllm_config(self.vllm_config):
+            yield
+
     def begin_weight_reload(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
-        initialize_layerwise_reload(self.model_runner.get_model())
+        with self._worker_config():
+            initialize_layerwise_reload(self.model_runner.get_model())
 
     def load_weight_bucket(self, named: list[tuple[str, torch.Tensor]]) -> int:
         """Load one bucket of HF-named tensors; returns how many were given.
@@ -45,13 +72,15 @@ class WeightSyncExtension:
         gate/up into gate_up_proj, experts into their stacked tensors) and copies onto
         the parameter's device, so CPU tensors from the object store load onto GPUs too.
         """
-        self.model_runner.get_model().load_weights(weights=iter(named))
+        with self._worker_config():
+            self.model_runner.get_model().load_weights(weights=iter(named))
         return len(named)
 
     def finish_weight_reload(self) -> None:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
-        finalize_layerwise_reload(self.model_runner.get_model(), self.model_config)
+        with self._worker_config():
+            finalize_layerwise_reload(self.model_runner.get_model(), self.model_config)
         self.clear_derived_caches()
 
     def clear_derived_caches(self) -> int:

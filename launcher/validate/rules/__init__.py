@@ -10,4 +10,5 @@ from launcher.validate.rules import (  # noqa: F401
     recompute,
     runtime,
     sequence,
+    storage,
 )

@@ -119,14 +119,26 @@ def expert_parallel_layout(cfg, plan):
 
 @rule("INF010")
 def sleep_level(cfg, plan):
-    """sleep_level is 0, 1 or 2; colocated engines must sleep."""
-    lvl, mode = cfg.inference.sleep_level, plan.placement.mode
+    """A set sleep_level is 0, 1 or 2, 0 in async mode, and 1 only where the next sync keeps the base."""
+    lvl, mode, kind = cfg.inference.sleep_level, plan.placement.mode, plan.sync.kind
+    if lvl is None:  # derived by the planner (plan/_sleep.py)
+        return
     if lvl not in (0, 1, 2):
         yield error("INF010", "inference.sleep_level", f"inference.sleep_level={lvl}",
-                    "vLLM sleep levels: 1 = weights to host + drop cache, 2 = drop both.", "Use 0, 1 or 2.")
+                    "vLLM sleep levels: 1 = weights to host + drop cache, 2 = drop both.",
+                    "Use 0, 1 or 2, or leave inference.sleep_level null to derive it from the sync kind.")
     elif mode == "async" and lvl:
         yield warning("INF010", "inference.sleep_level", f"sleep_level={lvl} in async mode",
-                      "Async engines own their GPUs and never sleep; the level is ignored.", "Set sleep_level=0.")
+                      "Async engines own their GPUs and never sleep; the level is ignored.",
+                      "Remove inference.sleep_level (null derives 0 in async mode) or set it to 0.")
+    elif mode == "colocated" and lvl == 1 and kind != "adapter":
+        host_gib = plan.memory.inference.weights_gib * cfg.cluster.gpus_per_node
+        yield warning("INF010", "inference.sleep_level",
+                      f"inference.sleep_level=1 with {kind} sync, colocated: keeps {host_gib:,.1f} GiB of weights "
+                      "per node in host RAM that the next sync re-sends anyway",
+                      "Level 1 copies every engine's weights into pinned host memory at each sleep; a merged or full "
+                      "sync then overwrites all of them, so the copy only costs host RAM (MEM005) and copy time.",
+                      "Remove inference.sleep_level (null derives 2 for merged and full sync) or set it to 2.")
 
 
 CPU_ATTENTION_MIN_HEAD_DIM = 64

@@ -100,3 +100,25 @@ def shared_expert_adapters_with_etp(cfg, plan):
                     "different slices of the shared adapter (the trainer refuses to build it).",
                     "Set trainer.lora.share_expert_adapters=false (one adapter per expert follows the ETP "
                     "split), or trainer.mesh.etp=1.")
+
+
+VLLM_UNSERVED_TARGETS = {"linear_kv_up_proj": "kv_b_proj"}
+"""Trainer targets vLLM 0.32 loads an adapter for but never applies (vllm#48974): MLA's
+attention reads kv_b_proj's weight once, absorbed into W_UK / W_UV (mla_attention.py
+process_weights_after_loading), and never calls the LoRA-wrapped layer."""
+
+
+@rule("LORA009")
+def vllm_unserved_targets(cfg, plan):
+    """Adapter sync to vLLM cannot serve a LoRA on MLA's kv_b_proj."""
+    if not (_adapter_sync(cfg) and cfg.inference.backend.value == "vllm"):
+        return
+    bad = [t for t in cfg.trainer.lora.targets if t in VLLM_UNSERVED_TARGETS]
+    if bad:
+        modules = [VLLM_UNSERVED_TARGETS[t] for t in bad]
+        yield error("LORA009", "trainer.lora.targets",
+                    f"trainer.lora.targets includes {bad} (vLLM's {modules}) with adapter sync",
+                    "vLLM's MLA attention uses that module only through weights absorbed at load time, so its "
+                    "adapter loads without error and changes no output (vllm#48974): the engines would sample "
+                    "from another policy than the one trained.",
+                    f"Remove {bad} from trainer.lora.targets, or set trainer.lora.merge=true (merged sync).")

@@ -58,6 +58,29 @@ def colocated_peak_fits(cfg, plan):
                 "Lower inference.gpu_memory_utilization, use sleep_level 1 or 2, or shrink the trainer footprint.")
 
 
+@rule("MEM008")
+def colocated_startup_fits(cfg, plan):
+    """The colocated start-up (engines asleep, trainer built) and the first weight sync fit on the GPU."""
+    ph, cap, level = plan.memory.colocated, cfg.cluster.gpu.memory_gib, plan.memory.sleep_level
+    if ph is None or not plan.mesh_ok or max(ph.startup_gib, ph.first_sync_gib) <= cap:
+        return
+    weights = ph.first_sync_gib - ph.startup_gib - ph.transfer_bucket_gib
+    message = (f"colocated start-up needs {_fmt(max(ph.startup_gib, ph.first_sync_gib))} per GPU, "
+               f"{cfg.cluster.gpu.name} has {_fmt(cap)}: engines {'awake' if level == 0 else 'asleep'} + trainer "
+               f"built {_fmt(ph.startup_gib)}, first weight sync {_fmt(ph.first_sync_gib)} (+ engine weights "
+               f"{_fmt(weights)} + transfer bucket {_fmt(ph.transfer_bucket_gib)})")
+    why = ("The engines start and sleep before the trainer builds its weights, grads and optimizer; the first "
+           "sync then wakes the engines' weights while the trainer is still whole (it offloads only at the first "
+           "step), so both must fit before the steady-state phases (MEM004) begin.")
+    if level == 0:
+        yield error("MEM008", "inference.sleep_level", message, why,
+                    "Leave inference.sleep_level null (or set 1 or 2) so the engines sleep while the trainer builds.")
+        return
+    yield error("MEM008", "trainer.mesh.ep", message, why,
+                "Shrink the trainer's resident state (raise trainer.mesh.ep or tp, trainer.optimizer.cpu_offload "
+                "with LoRA) or the engine's weights per GPU (raise inference.tp).")
+
+
 @rule("MEM005")
 def host_fits(cfg, plan):
     """Host memory holds sleeping engines and offloaded state."""

@@ -1,75 +1,149 @@
-"""Activation recompute and fused-kernel rules for models with mHC (DOMAIN.md section 2).
+"""Activation recompute and fused-kernel rules (DOMAIN.md section 2).
 
+Each rule says whose it is. RECOMP003/004/006/007 are megatron-core 0.19.2's own checks
+(TransformerConfig.__post_init__, quoted in their reasons) under the same field names; the
+recompute settings map 1:1 onto its recompute_granularity / _method / _num_layers / _modules.
 RECOMP001/RECOMP002 are this project's own rules, not megatron-core's: megatron-core 0.19.2
 has no mHC, and the project's mHC layer (model/) does not thread megatron's activation
-checkpoint managers through the hyper-connections.
+checkpoint managers through the hyper-connections. RECOMP008 warns about settings megatron-core
+accepts that the chosen trainer does not apply. tests/unit/test_megatron_agreement.py keeps the
+rules and megatron-core in agreement on random meshes and recompute settings.
 """
 from launcher.validate.registry import error, rule, warning
 
 SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "gdn_norm_out")
 GDN_ONLY = ("gdn_norm_out",)
-"""megatron-core accepts these only when the model has gated delta net layers; no model here has
-any (GLM-5.3-Flash's linear attention is KDA), so the arch facts never enable them."""
+"""megatron-core accepts these only with experimental_attention_variant='gated_delta_net'; no model
+here has GatedDeltaNet layers (GLM-5.3-Flash's linear attention is KDA, the project's own layer),
+so the arch facts never enable them."""
+GROUPED_GEMM_ONLY = ("moe_act",)
+"""megatron-core accepts these only with moe_grouped_gemm. The megatron backend's routed experts are
+always one grouped GEMM (model/megatron/grouped.py), so that holds exactly when the model has MoE layers."""
 NOT_WITH_MHC = ("mhc", "layernorm", "mlp")
+APPLIED_BY_MEGATRON_MODEL = ("core_attn", "moe", "mlp")
+"""What the megatron backend's layer (model/megatron/layer.py) recomputes: the token mixer for core_attn,
+the whole MLP sub-layer (dense or MoE) for moe or mlp. tests/unit/test_megatron_agreement.py checks this
+against the model itself."""
+FULL_METHODS = ("uniform", "block")
+
+
+def _selective(cfg) -> bool:
+    """megatron-core reads recompute_modules only with granularity=selective."""
+    return cfg.trainer.recompute.granularity.value == "selective"
 
 
 @rule("RECOMP001")
 def full_with_mhc(cfg, plan):
-    """Full recompute is rejected with mHC."""
+    """Full recompute is rejected with mHC (this project's rule)."""
     if plan.arch.has_mhc and cfg.trainer.recompute.granularity.value == "full":
         yield error("RECOMP001", "trainer.recompute.granularity", "recompute granularity=full with mHC",
-                    "This project's rule, not megatron-core's (0.19.2 has no mHC): the project's mHC layer does not "
-                    "thread megatron's activation checkpoint managers, so full recompute of its layers is not supported.",
+                    "This project's rule, not megatron-core's (0.19.2 has no mHC): the project's mHC layer "
+                    "(model/megatron/mhc.py) does not thread megatron's activation checkpoint managers through the "
+                    "hyper-connections, so whole-layer recompute of its layers is not supported.",
                     "Use granularity=selective with modules=[core_attn, moe].")
 
 
 @rule("RECOMP002")
 def modules_with_mhc(cfg, plan):
-    """mhc, layernorm and mlp are not selective-recompute modules with mHC."""
-    r = cfg.trainer.recompute
-    if not plan.arch.has_mhc or r.granularity.value != "selective":
+    """mhc, layernorm and mlp are not selective-recompute modules with mHC (this project's rule)."""
+    if not plan.arch.has_mhc or not _selective(cfg):
         return
-    bad = [m for m in r.modules if m in NOT_WITH_MHC]
+    bad = [m for m in cfg.trainer.recompute.modules if m in NOT_WITH_MHC]
     if bad:
         yield error("RECOMP002", "trainer.recompute.modules", f"recompute modules {bad} with mHC",
                     "This project's rule, not megatron-core's (0.19.2 has no mHC): the project's mHC layer does not "
-                    "thread megatron's checkpoint managers, so `mhc` recompute would be silently dropped, and it "
-                    "rejects layernorm and mlp.",
+                    "thread megatron's checkpoint managers, so `mhc` recompute would be silently dropped; its layer "
+                    "(model/megatron/layer.py) keeps the norms around the hyper-connections (`layernorm` would be "
+                    "dropped too); `mlp` is refused as DOMAIN.md records for mHC layers (here `moe` already "
+                    "recomputes every MLP sub-layer, dense or MoE).",
                     f"Remove {bad}; use e.g. [core_attn, moe].")
 
 
 @rule("RECOMP003")
-def selective_num_layers(cfg, plan):
-    """Selective recompute needs num_layers null."""
+def method_and_num_layers(cfg, plan):
+    """recompute method / num_layers as megatron-core requires them per granularity."""
     r = cfg.trainer.recompute
-    if r.granularity.value == "selective" and r.num_layers is not None:
+    granularity = r.granularity.value
+    if granularity == "selective" and r.num_layers is not None:
         yield error("RECOMP003", "trainer.recompute.num_layers",
                     f"trainer.recompute.num_layers={r.num_layers} with granularity=selective",
-                    "megatron-core only accepts recompute_num_layers with full recompute.",
+                    "megatron-core 0.19.2 raises 'recompute_num_layers must be None' with selective recompute.",
                     "Set trainer.recompute.num_layers=null.")
+    if granularity != "full":
+        return
+    if r.method is None:
+        yield error("RECOMP003", "trainer.recompute.method", "trainer.recompute.method=null with granularity=full",
+                    "megatron-core 0.19.2 raises 'recompute_method must be \"block\" or \"uniform\"' with full "
+                    "recompute: it has to know which layers to recompute.",
+                    f"Set trainer.recompute.method to one of {list(FULL_METHODS)}.")
+    if r.num_layers is None:
+        yield error("RECOMP003", "trainer.recompute.num_layers",
+                    "trainer.recompute.num_layers=null with granularity=full",
+                    "megatron-core 0.19.2 raises 'recompute_num_layers must be between 1 and "
+                    "num_layers_per_pipeline_rank' with full recompute.",
+                    f"Set trainer.recompute.num_layers to 1..{cfg.model.arch.num_hidden_layers // cfg.trainer.mesh.pp}.")
 
 
 @rule("RECOMP004")
 def known_modules(cfg, plan):
     """Selective modules are names megatron-core knows."""
     known = SELECTIVE_MODULES + (("mhc",) if plan.arch.has_mhc else ())  # RECOMP002 explains `mhc` with mHC
-    unknown = [m for m in cfg.trainer.recompute.modules if m not in known and m not in GDN_ONLY]
-    if unknown:
+    unknown = [m for m in cfg.trainer.recompute.modules if m not in known]
+    if unknown and _selective(cfg):
         yield error("RECOMP004", "trainer.recompute.modules", f"unknown recompute modules {unknown}",
-                    "megatron-core 0.19.2 rejects unknown selective-recompute module names.",
+                    "megatron-core 0.19.2 asserts 'Invalid choices for recompute_modules' with selective recompute.",
                     f"Use names from {list(SELECTIVE_MODULES)}.")
 
 
 @rule("RECOMP006")
 def gdn_modules_without_gdn(cfg, plan):
-    """gdn_norm_out recompute needs gated delta net layers."""
+    """gdn_norm_out recompute needs gated delta net layers, which no model here has."""
     bad = [m for m in cfg.trainer.recompute.modules if m in GDN_ONLY]
-    if bad and cfg.trainer.recompute.granularity.value == "selective":
-        kind = "KDA (kimi delta attention)" if plan.arch.has_kda else "none"
+    if bad and _selective(cfg):
+        kind = "KDA (Kimi delta attention, this project's own layer)" if plan.arch.has_kda else "none"
         yield error("RECOMP006", "trainer.recompute.modules", f"recompute modules {bad} without gated delta net",
-                    f"megatron-core accepts {bad} only when the model has gated delta net layers; this model's "
-                    f"linear attention is {kind}, not GDN.",
+                    "megatron-core 0.19.2 raises when 'gdn_norm_out' in recompute_modules and "
+                    "experimental_attention_variant != 'gated_delta_net' (only its GatedDeltaNet has that norm); "
+                    f"this model's linear attention is {kind}, not gated delta net, and no GLM layer is built as one.",
                     f"Remove {bad}; use e.g. [core_attn, moe].")
+
+
+@rule("RECOMP007")
+def moe_act_without_grouped_experts(cfg, plan):
+    """moe_act recompute needs grouped-GEMM experts, i.e. MoE layers."""
+    bad = [m for m in cfg.trainer.recompute.modules if m in GROUPED_GEMM_ONLY]
+    if bad and _selective(cfg) and not plan.arch.has_moe:
+        keep = ["core_attn"] + ([] if plan.arch.has_mhc else ["mlp"])
+        yield error("RECOMP007", "trainer.recompute.modules", f"recompute modules {bad} without MoE layers",
+                    "megatron-core 0.19.2 raises when 'moe_act' in recompute_modules and not moe_grouped_gemm. The "
+                    "megatron backend runs routed experts as one grouped GEMM (model/megatron/grouped.py) whenever the "
+                    "model has MoE layers; this one has none (model.arch.mlp_layer_types / n_routed_experts).",
+                    f"Remove {bad}; use e.g. {keep}.")
+
+
+@rule("RECOMP008")
+def recompute_not_applied(cfg, plan):
+    """Recompute settings the chosen trainer backend does not apply."""
+    r, f = cfg.trainer.recompute, plan.arch
+    if cfg.trainer.backend.value == "hf":
+        if r.granularity.value != "none":
+            yield warning("RECOMP008", "trainer.recompute.granularity",
+                          f"trainer.recompute.granularity={r.granularity.value} with trainer.backend=hf",
+                          "The hf trainer (launcher/backends/hf) recomputes no activations, yet the planner's "
+                          "activation memory counts the recompute's savings.",
+                          "Set trainer.recompute.granularity=none, or trainer.backend=megatron.")
+        return
+    if not _selective(cfg):
+        return
+    rejected = GDN_ONLY + (NOT_WITH_MHC if f.has_mhc else ()) + (() if f.has_moe else GROUPED_GEMM_ONLY)
+    ignored = [m for m in r.modules if m in SELECTIVE_MODULES and m not in APPLIED_BY_MEGATRON_MODEL + rejected]
+    if ignored:
+        yield warning("RECOMP008", "trainer.recompute.modules",
+                      f"recompute modules {ignored} are not applied by the megatron backend",
+                      "megatron-core accepts them, but this project's layer (model/megatron/layer.py) recomputes only "
+                      "the token mixer (core_attn) and the whole MLP sub-layer (moe, mlp): these activations are kept, "
+                      "and the planner counts no saving for them.",
+                      f"Remove {ignored}; `moe` recomputes the whole MoE sub-layer.")
 
 
 @rule("RECOMP005")

@@ -1,0 +1,89 @@
+"""`submit` and `jobs` up to the cluster: the dashboard address, the shipped code, the job's overrides
+and the refusals that happen before anything is sent (the jobs themselves: tests/integration/test_ray_jobs.py)."""
+import json
+
+import pytest
+
+from launcher.__main__ import main
+from launcher._paths import PROJECT_ROOT
+from launcher.cli.jobs import job_rows
+from launcher.cli.submit import dashboard_url, job_overrides
+from launcher.compose import compose
+from launcher.orchestrate.cluster import shipped_code
+from launcher.rundir import RunDirLock
+from launcher.schema.cluster import ClusterConfig
+
+
+@pytest.mark.parametrize("ray_address, dashboard, url", [
+    ("10.1.2.3:6379", None, "http://10.1.2.3:8265"),
+    ("ray://head.example:10001", None, "http://head.example:8265"),
+    ("auto", None, "http://127.0.0.1:8265"),
+    ("10.1.2.3:6379", "dash.example:9000", "http://dash.example:9000"),
+    ("10.1.2.3:6379", "https://dash.example", "https://dash.example"),
+])
+def test_dashboard_url_derives_host_or_takes_the_key(ray_address, dashboard, url):
+    assert dashboard_url(ClusterConfig(ray_address=ray_address, dashboard_address=dashboard)) == url
+
+
+def test_code_is_shipped_to_a_remote_cluster_only(monkeypatch):
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    shipped = shipped_code(ClusterConfig(ray_address="10.1.2.3:6379"))
+    assert shipped["working_dir"] == str(PROJECT_ROOT)
+    assert {"runs/", ".venv/", ".venv-*/", ".git/", "*.whl", ".pkgs/"} <= set(shipped["excludes"])
+    assert shipped_code(ClusterConfig()) == {}, "the embedded Ray runs on this machine, in this checkout"
+    assert shipped_code(ClusterConfig(ray_address="10.1.2.3:6379", ship_code=False)) == {}
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")  # a job's driver: the job shipped the code already
+    assert shipped_code(ClusterConfig(ray_address="10.1.2.3:6379")) == {}
+
+
+def test_job_overrides_pin_an_absolute_run_dir_per_sweep_point(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    point = ["recipe=tiny_grpo", "run.output_dir=rel/out", "run.name=sw", "run.seed=3"]
+    got = job_overrides(point, compose(point), "sweep/2")
+    assert got == ["recipe=tiny_grpo", "run.seed=3", f"run.output_dir={tmp_path / 'rel/out'}", "run.name=sw/sweep/2"]
+    assert compose(got).config.run.name == "sw/sweep/2"
+
+
+def test_submit_without_ray_address_names_the_key(capsys, tmp_path):
+    assert main(["submit", "recipe=tiny_grpo", f"run.output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "submit needs cluster.ray_address" in err and "cluster.ray_address=HEAD_HOST:6379" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_submit_refuses_a_secret_on_the_command_line(capsys, tmp_path):
+    code = main(["submit", "recipe=tiny_grpo", "cluster.ray_address=10.1.2.3:6379", "+env.HF_TOKEN=hunter2",
+                 f"run.output_dir={tmp_path}"])
+    out = capsys.readouterr()
+    assert code == 2 and "+env.HF_TOKEN" in out.err and "job table" in out.err
+    assert "hunter2" not in out.out + out.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jobs_reports_an_unreachable_dashboard_and_unsubmitted_points(tmp_path, capsys):
+    records = [{"index": 0, "overrides": ["run.seed=0"], "status": "submitted", "reason": "", "submitted": "t",
+                "run_dir": str(tmp_path / "sw/sweep/0"), "job_id": "raysubmit_x", "dashboard": "http://127.0.0.1:1"},
+               {"index": 1, "overrides": ["run.seed=1"], "status": "illegal", "reason": "BATCH003 ...",
+                "submitted": "t", "run_dir": None, "job_id": None}]
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "jobs.json").write_text(json.dumps(records))
+    rows = job_rows(records)
+    assert rows[0]["state"] == "unknown (no job API at http://127.0.0.1:1)"
+    assert "no Ray job API at http://127.0.0.1:1 (cluster.dashboard_address)" in capsys.readouterr().err
+    assert rows[1]["state"] == "not submitted (illegal)"
+    assert main(["jobs", f"run.output_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "raysubmit_x" in out and "not submitted (illegal)" in out and "BATCH003" in out
+
+
+def test_point_whose_run_dir_a_live_run_holds_is_refused_before_anything_is_sent(tmp_path, capsys):
+    # The dashboard address answers nothing: reaching for it would be a usage error (exit 2), not exit 1.
+    keys = ["recipe=tiny_grpo", f"run.output_dir={tmp_path}", "run.name=held", "cluster.ray_address=127.0.0.1:1",
+            "cluster.dashboard_address=http://127.0.0.1:1"]
+    with RunDirLock(tmp_path / "held" / "sweep" / "0"):
+        assert main(["-m", "submit", *keys, "run.seed=0"]) == 1
+    out = capsys.readouterr()
+    assert "is in use by a live run" in out.err and "no Ray job API" not in out.err
+    (record,) = json.loads((tmp_path / "held" / "jobs.json").read_text())
+    assert record["status"] == "locked" and record["job_id"] is None
+    assert record["run_dir"] == str(tmp_path / "held" / "sweep" / "0")
