@@ -2,7 +2,7 @@
 under 5 minutes of wall time on a 2-core machine (issue 16).
 
     .venv/bin/python benchmarks/laptop_demo.py                    # python -m launcher, timed
-    .venv/bin/python benchmarks/laptop_demo.py recipe=tiny_dapo_async_chat
+    .venv/bin/python benchmarks/laptop_demo.py recipe=tiny_dapo_chat
 
 Runs `python -m launcher` with the given overrides into a temporary folder, timing the whole
 process (Ray start-up and teardown included), then prints the held-out evaluations by step

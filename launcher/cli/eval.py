@@ -91,12 +91,12 @@ def _score_on_ray(cfg, plan, checkpoint: Path, state, evaluator, scorer, tokeniz
     from launcher.orchestrate.cluster import ray_session
     from launcher.orchestrate.launch import place_groups
     from launcher.rl.checkpoint import restore
-    from launcher.rl.weight_sync import sync_weights
+    from launcher.rl.weight_sync import engines_hold_base, sync_weights
 
     with ray_session(cfg, plan.env) as embedded:
         trainers, engines = place_groups(cfg, plan, embedded)
         restore(trainers, None, checkpoint, fallback=False)
-        sync_weights(trainers, engines, state.policy_version, with_base=True, wait=True)
+        sync_weights(trainers, engines, state.policy_version, with_base=not engines_hold_base(engines, cfg), wait=True)
         if plan.memory.sleep_level:  # colocated: the engines get the GPUs, as in a run's generation phase
             trainers.call("offload")
             engines.call("wake")

@@ -32,8 +32,9 @@ CUDA_IPC_GIB_PER_S = 54.0
 the bucket's device buffer, device -> device load. Measured on one H200
 (benchmarks/colocated_ipc_sync.py: megatron trainer rank 0 -> hf engine in a second process,
 4-layer slice, merged, 45 buckets of 1 GiB; benchmarks/results/colocated_ipc_sync_h200x1*.json):
-44.3 GiB in 0.82 s and 0.77 s (54.3, 57.3 GiB/s), against 40.0 s and 39.8 s for host staging
-in the same runs. Without Ray: a run adds its actor calls (SYNC_BUCKET_OVERHEAD_S per bucket)."""
+44.3 GiB in 0.82, 0.77 and 0.64 s (54, 57, 70 GiB/s; the slowest is taken; _run3 was planned
+with this constant), against 40.0, 39.8 and 43.2 s for host staging in the same runs. The
+benchmark has no Ray: a run adds its actor calls, which SYNC_BUCKET_OVERHEAD_S prices per bucket."""
 
 HOST, CUDA_IPC = "host", "cuda_ipc"
 """How weight buckets travel from trainer rank 0 to the engines (`bucket_transport`)."""

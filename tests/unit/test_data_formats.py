@@ -38,7 +38,8 @@ RESPONSE = {"gsm8k": "so the total is this.\n#### {}", "dapo_math": "work...\nAn
 
 
 def _data(*overrides: str):
-    return compose(list(overrides)).config.data
+    """tiny_grpo's data section (synthetic, no file) with `overrides`."""
+    return compose(["recipe=tiny_grpo", *overrides]).config.data
 
 
 def _sample_cfg(name: str, *extra: str):
