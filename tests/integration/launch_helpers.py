@@ -18,6 +18,13 @@ TEST_RECIPE = "recipe=tiny_grpo"
 per test), not the default recipe, whose chat-templated parquet task is the minutes-long demo."""
 
 
+def _foreground_signals() -> None:
+    """The launcher gets Ctrl-C as a terminal's foreground process does. A test session
+    started in the background (`cmd &` in a script) ignores SIGINT, every child inherits
+    that, and Python then installs no KeyboardInterrupt handler: `interrupt()` did nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Run:
     """A launcher subprocess, the Ray daemons it started, and its run directory."""
 
@@ -27,7 +34,7 @@ class Run:
         cmd = [sys.executable, "-m", "launcher", *recipe, f"run.output_dir={out_dir}", f"run.name={name}", *overrides]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, preexec_fn=_foreground_signals)
         self.daemons: dict[int, str] = {}
 
     def _note_daemons(self) -> None:

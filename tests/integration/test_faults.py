@@ -9,7 +9,7 @@ import torch
 from launch_helpers import SMALL
 
 pytestmark = pytest.mark.slow
-STEPS = ["run.steps=16", "checkpoint.every_steps=2", "run.seed=3"]
+STEPS = ["run.steps=10", "checkpoint.every_steps=2", "run.seed=3"]
 
 
 def _comparable(metrics: list[dict]) -> list[dict]:
@@ -20,13 +20,13 @@ def test_resumed_run_matches_uninterrupted_run(launch_run):
     whole = launch_run("whole", SMALL + STEPS)
     assert whole.finish()[0] == 0
     cut = launch_run("cut", SMALL + STEPS)
-    cut.wait_for_step(4)  # 12 steps left: a quiet CI machine finished 5 before the interrupt landed
+    cut.wait_for_step(5)
     cut.interrupt()
     code, _, err = cut.finish()
     assert code == 130, err[-2000:]
     assert "interrupted" in err
     assert cut.leftover_daemons() == []
-    assert len(cut.metrics()) < 16, "the run finished before it could be interrupted"
+    assert len(cut.metrics()) < 10, "the run finished before it could be interrupted"
     resumed = launch_run("cut", SMALL + STEPS + ["run.resume=auto"])
     code, out, err = resumed.finish()
     assert code == 0, err[-3000:]
