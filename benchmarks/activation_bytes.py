@@ -1,5 +1,5 @@
 """What one training micro-batch of the Megatron model keeps for backward, per part, against
-the planner's activation model (launcher/plan/_memory_trainer.py). Runs on the CPU.
+the planner's activation model (launcher/plan/memory_trainer.py). Runs on the CPU.
 
     .venv/bin/python benchmarks/activation_bytes.py [--tokens 256] [--experts 16]
 
@@ -18,14 +18,14 @@ from contextlib import contextmanager
 
 import torch
 
-from launcher.compose import compose
+from benchmarks.harness.megatron_setup import init_distributed
+from launcher.config.compose import compose
 from launcher.plan import make_plan
-from launcher.plan._memory_trainer import activation_bytes
+from launcher.plan.memory_trainer import activation_bytes
 from model.megatron import pack_lengths, token_logprobs
 from model.megatron.build import build_model
 from model.megatron.init import init_weights
 from model.megatron.spec import ModelSpec
-from tests.unit.megatron_world import init_world_of_one
 
 PARTS = ("attn_hc", "ffn_hc", "input_layernorm", "pre_mlp_layernorm", "self_attention", "mlp")
 
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--experts", type=int, default=16)
     args = parser.parse_args()
-    init_world_of_one()
+    init_distributed(device_type="cpu")
     overrides = ["model=glm5_3_flash_4layer", "cluster=h200x1", "trainer.backend=megatron",
                  f"model.arch.n_routed_experts={args.experts}", f"trainer.max_tokens_per_microbatch={args.tokens}"]
     cfg = compose(overrides).config

@@ -112,7 +112,7 @@ class RssSampler(threading.Thread):
 
 
 def _spec(folder: Path):
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from model.megatron.spec import ModelSpec
 
     cfg = compose([f"model={DESCRIPTOR}", f"model.hf_path={folder}"]).config

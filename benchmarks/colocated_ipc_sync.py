@@ -4,9 +4,9 @@
     smoke test (CPU, host transport only):  PYTHONPATH=. python benchmarks/colocated_ipc_sync.py --device cpu --model tiny
 
 Trainer rank 0 (`megatron` backend, world 1, LoRA on the attention projections, merged) runs in
-this process and an `hf` engine in a second one on the same GPU (tests/gpu/engine_process.py:
+this process and an `hf` engine in a second one on the same GPU (benchmarks/harness/engine_process.py:
 torch.multiprocessing spawn; the GPU machine has no Ray), with the product's driver between
-them (launcher/rl/weight_sync.stream_weights: two buckets in flight, release after finish).
+them (launcher/driver/weight_sync.stream_weights: two buckets in flight, release after finish).
 Per transport: the adapters move (new merged weights), the engine's KL to the trainer is
 measured, the sync is timed, and the KL is measured again: a small KL after proves the right
 tensors landed. Printed: GiB moved, seconds, GB/s, the plan's estimate for that transport.
@@ -17,16 +17,16 @@ import time
 import torch
 
 from benchmarks.colocated_sync import TARGETS
+from benchmarks.harness.engine_process import EngineProcess, LocalTrainers
+from benchmarks.harness.megatron_setup import init_distributed
 from benchmarks.megatron_throughput import emit, log, lora_overrides
-from launcher.backends._stream import BUCKET_BYTES
-from launcher.backends.megatron.trainer import MegatronTrainer
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.driver.weight_sync import stream_weights
 from launcher.plan import make_plan
 from launcher.plan.sync import CUDA_IPC, HOST, bucketed_seconds
-from launcher.rl.weight_sync import stream_weights
+from launcher.workers.megatron.trainer import MegatronTrainer
+from launcher.workers.stream import BUCKET_BYTES
 from model.megatron import full_logits, pack_lengths
-from tests.gpu.engine_process import EngineProcess, LocalTrainers
-from tests.gpu.megatron_setup import init_distributed
 
 GIB = 2**30
 

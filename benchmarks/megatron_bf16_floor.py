@@ -14,9 +14,9 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from launcher.backends.hf._model import build_model as build_hf
-from launcher.backends.hf._model import checkpoint_state
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.workers.hf.model import build_model as build_hf
+from launcher.workers.hf.model import checkpoint_state
 from model.megatron import full_logits, pack_lengths
 from model.megatron.build import build_model, init_parallel
 from model.megatron.parity import kl_and_dlogp

@@ -22,8 +22,16 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state as ps
 
+from benchmarks.harness.megatron_setup import (
+    DOMAIN_LORA_TARGETS,
+    build_hf_on_gpu,
+    expected_b_grads,
+    hf_grads,
+    init_distributed,
+    megatron_from_hf_model,
+)
 from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, lora_overrides, meg_loss, timed
-from launcher.compose import compose
+from launcher.config.compose import compose
 from launcher.plan import make_plan
 from launcher.search.cost import estimate_step
 from model.megatron import full_logits, pack_lengths
@@ -32,14 +40,6 @@ from model.megatron.optim import sum_grads_without_ddp, train_step, wrap_for_tra
 from model.megatron.parity import cosine, kl_and_dlogp
 from model.megatron.shards import gather_full, shard_of
 from model.megatron.spec import ModelSpec
-from tests.gpu.megatron_setup import (
-    DOMAIN_LORA_TARGETS,
-    build_hf_on_gpu,
-    expected_b_grads,
-    hf_grads,
-    init_distributed,
-    megatron_from_hf_model,
-)
 
 MESHES = {"dp2": (1, 1, 1), "ep2_etp1": (1, 2, 1), "etp2": (1, 1, 2), "tp2": (2, 1, 1), "tp2_ep2": (2, 2, 1)}
 TRAIN_SHARE_OF_COMPUTE = 6 / 8

@@ -17,10 +17,10 @@ from functools import partial
 import torch
 
 import model.megatron.layer as layer_module
+from benchmarks.harness.megatron_setup import build_hf_on_gpu, init_distributed, megatron_from_hf_model
 from benchmarks.megatron_throughput import emit, hf_loss, log, meg_loss, timed, train_step
-from launcher.compose import compose
+from launcher.config.compose import compose
 from model.megatron import pack_lengths
-from tests.gpu.megatron_setup import build_hf_on_gpu, init_distributed, megatron_from_hf_model
 
 REPLAYED = ("attn_hc", "input_layernorm", "self_attention", "ffn_hc", "pre_mlp_layernorm", "mlp")
 FUSIBLE = ("attn_hc", "ffn_hc", "input_layernorm", "pre_mlp_layernorm", "hc_merge")

@@ -16,13 +16,7 @@ from functools import partial
 
 import torch
 
-from launcher.compose import compose
-from launcher.plan import make_plan
-from model.megatron import full_logits, pack_lengths, token_logprobs
-from model.megatron.lora import apply_lora
-from model.megatron.parity import cosine, kl_and_dlogp
-from model.megatron.spec import ModelSpec
-from tests.gpu.megatron_setup import (
+from benchmarks.harness.megatron_setup import (
     DOMAIN_LORA_TARGETS,
     build_hf_on_gpu,
     expected_b_grads,
@@ -31,6 +25,12 @@ from tests.gpu.megatron_setup import (
     megatron_from_hf_model,
     perturb_for_signal,
 )
+from launcher.config.compose import compose
+from launcher.plan import make_plan
+from model.megatron import full_logits, pack_lengths, token_logprobs
+from model.megatron.lora import apply_lora
+from model.megatron.parity import cosine, kl_and_dlogp
+from model.megatron.spec import ModelSpec
 
 LORA_RANK, LORA_ALPHA = 16, 32.0
 

@@ -16,10 +16,10 @@ import json
 import torch
 
 import model.megatron.kda_ops as kda_ops
-from launcher.compose import compose
+from benchmarks.harness.megatron_setup import build_hf_on_gpu, init_distributed, megatron_from_hf_model
+from launcher.config.compose import compose
 from model.megatron import full_logits, pack_lengths
 from model.megatron.parity import kl_and_dlogp
-from tests.gpu.megatron_setup import build_hf_on_gpu, init_distributed, megatron_from_hf_model
 
 
 def varlen_kda(q_THK, k_THK, v_THV, g_THK, beta_TH, packed):

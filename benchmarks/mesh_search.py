@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from launcher.compose import compose
+from launcher.config.compose import compose
 from launcher.search import search
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """How fast a 1,000-point sweep is composed, validated and planned: before (Hydra composes every point)
-and after (launcher/compose_points.py: Hydra once per set of group choices, value overrides on a copy).
+and after (launcher/config/compose_points.py: Hydra once per set of group choices, value overrides on a copy).
 
     .venv/bin/python benchmarks/sweep_speed.py [--old-points 20]
 
@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from launcher.cli.commands import check_point
 from launcher.cli.sweep import expand
-from launcher.compose import compose
-from launcher.compose_points import PointComposer
+from launcher.config.compose import compose
+from launcher.config.compose_points import PointComposer
 from launcher.errors import ConfigError
+from launcher.validate import plan_and_check
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ["recipe=dapo_sync", "trainer.mesh.tp=1,2,4,8", "trainer.mesh.ep=1,2,4,8,16",
@@ -40,7 +40,7 @@ def _timed_points(compose_point, points: list[list[str]]) -> tuple[float, float,
     compose_s, legal = time.perf_counter() - start, 0
     start = time.perf_counter()
     for one in composed:
-        findings, _ = check_point(one)
+        findings, _ = plan_and_check(one)
         legal += not any(f.severity == "error" for f in findings)
     return compose_s, time.perf_counter() - start, time.process_time() - cpu, legal
 

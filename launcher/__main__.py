@@ -8,10 +8,10 @@ import sys
 from launcher.cli.args import Args, UsageError, parse_args
 from launcher.cli.commands import EXIT_CONFIG, cmd_plan, cmd_run, cmd_validate
 from launcher.cli.help import help_text
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.driver.rundir import resolved_yaml
 from launcher.errors import ConfigError
-from launcher.report import findings_json, findings_text
-from launcher.rundir import resolved_yaml
+from launcher.validate.report import findings_json, findings_text
 
 
 def _dispatch(args: Args) -> int:

@@ -11,7 +11,7 @@ checkpoint -> Megatron -> checkpoint is bit-exact (model/megatron/mapping.py app
 - EXPERTS: the stack over routed experts e of ROWS of the names with `{e}` filled in.
 Plain Python (no torch, no megatron): the hf backends, the vLLM venv and the planner read it.
 The hf backends reach the same tensor names through transformers' own glm5_next conversion
-rules (launcher/backends/hf/_names.py); a test checks both against what `save_pretrained` writes.
+rules (launcher/workers/hf/names.py); a test checks both against what `save_pretrained` writes.
 """
 
 LM = "model.language_model."

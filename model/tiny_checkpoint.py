@@ -116,8 +116,8 @@ def write_tiny_checkpoint(out_dir, descriptor: str = "tiny", *, shards: int = 5,
     `dtype` defaults to the descriptor's. Peak memory stays under twice the model: saving makes
     release-format copies of the fused expert and conv weights. Returns `out_dir` as a Path.
     """
-    from launcher.backends.hf._model import build_model
-    from launcher.schema.model import ArchConfig, ModelConfig
+    from launcher.config.schema.model import ArchConfig, ModelConfig
+    from launcher.workers.hf.model import build_model
 
     out_dir = Path(out_dir)
     desc = _descriptor(descriptor)

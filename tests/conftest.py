@@ -40,7 +40,7 @@ def point():
     The plan is made with an empty driver environment so results do not depend on the shell
     the tests run in (pass driver_env to test CUDA_HOME forwarding). Points are read-only.
     """
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from launcher.plan import make_plan
     from launcher.validate import check
 

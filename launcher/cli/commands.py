@@ -2,21 +2,14 @@
 import sys
 from pathlib import Path
 
-from launcher._config_files import available
-from launcher.compose import Composed, compose
+from launcher.config.compose import Composed, compose
+from launcher.config.files import available
+from launcher.driver.rundir import RunDirLock, RunDirLocked, resolved_yaml, run_dir_of, write_run_files
 from launcher.errors import ConfigError, Finding
-from launcher.plan import make_plan
-from launcher.report import findings_json, findings_text
-from launcher.rundir import RunDirLock, RunDirLocked, resolved_yaml, run_dir_of, write_run_files
-from launcher.validate import check
+from launcher.validate import plan_and_check
+from launcher.validate.report import findings_json, findings_text
 
 EXIT_OK, EXIT_INVALID, EXIT_CONFIG = 0, 1, 2
-
-
-def check_point(composed: Composed):
-    """Plan (as far as it goes) and run every rule: (findings, plan or None)."""
-    plan = make_plan(composed.config)
-    return check(composed.config, plan), plan
 
 
 def _has_error(findings: list[Finding]) -> bool:
@@ -44,7 +37,7 @@ def _validate_one(point: list[str], fmt: str) -> tuple[int, str]:
     except ConfigError as err:
         text = findings_json(err.findings, None) if fmt == "json" else findings_text(err.findings, f"{label}: ")
         return EXIT_CONFIG, text
-    findings, plan = check_point(composed)
+    findings, plan = plan_and_check(composed)
     plan_dict = plan.to_dict() if plan.mesh_ok else None
     code = EXIT_INVALID if _has_error(findings) else EXIT_OK
     if fmt == "json":
@@ -56,9 +49,9 @@ def cmd_plan(composed: Composed, fmt: str, keep: list[str]) -> int:
     from launcher.plan.render import plan_tables
     from launcher.plan.replan import replan_keeping
 
-    findings, plan = check_point(composed)
+    findings, plan = plan_and_check(composed)
     if keep:
-        composed, findings, plan = replan_keeping(composed, keep, check_point)
+        composed, findings, plan = replan_keeping(composed, keep, plan_and_check)
     if fmt == "json":
         sys.stdout.write(findings_json(findings, plan.to_dict()) + "\n")
     else:
@@ -77,7 +70,7 @@ def cmd_plan(composed: Composed, fmt: str, keep: list[str]) -> int:
 
 
 def cmd_run(composed: Composed) -> int:
-    findings, plan = check_point(composed)
+    findings, plan = plan_and_check(composed)
     if _has_error(findings):
         sys.stderr.write(findings_text(findings, "refusing to start: "))
         return EXIT_INVALID
@@ -87,7 +80,7 @@ def cmd_run(composed: Composed) -> int:
     if lock is None:
         return EXIT_INVALID
     with lock:
-        from launcher.orchestrate import launch
+        from launcher.driver.launch import launch
 
         run_dir = write_run_files(composed, plan.to_dict())
         return launch(composed, plan, run_dir)

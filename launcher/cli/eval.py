@@ -6,7 +6,7 @@
 The run is rebuilt from the run directory's overrides.yaml (then the command line's): its
 trainer group loads the checkpoint on the run's mesh and pushes the weights to its engines
 exactly as a run's first weight sync does; the engines then score the held-out set as a
-run's evaluation does (launcher/rl/evaluate.py: same problems, seeds and metrics), so on the
+run's evaluation does (launcher/driver/evaluate.py: same problems, seeds and metrics), so on the
 hf engines the numbers equal the `eval/` row the run logged at that step. Prints them (or one
 JSON object) and exits 0; 1 when the config is refused, 2 when there is nothing to evaluate,
 3 when the evaluation failed.
@@ -26,7 +26,7 @@ class EvalError(RuntimeError):
 
 
 def cmd_eval(tokens: list[str], fmt: str) -> int:
-    from launcher.rl.evaluate import EvalConfigError
+    from launcher.driver.evaluate import EvalConfigError
 
     paths = [t for t in tokens if "=" not in t]
     if len(paths) != 1 or tokens[:1] != paths:
@@ -44,7 +44,7 @@ def cmd_eval(tokens: list[str], fmt: str) -> int:
 
 
 def _run_overrides(checkpoint: Path) -> list[str]:
-    from launcher.export.run import ExportError, run_overrides
+    from launcher.driver.export import ExportError, run_overrides
 
     if not (checkpoint / "COMPLETE").is_file() or not (checkpoint / "trainer").is_dir():
         raise EvalError(f"{checkpoint} is not a complete training checkpoint (a step_N folder with COMPLETE and "
@@ -56,16 +56,16 @@ def _run_overrides(checkpoint: Path) -> list[str]:
 
 
 def evaluate_checkpoint(checkpoint: Path, extra: list[str], fmt: str) -> int:
-    from launcher.cli.commands import check_point
-    from launcher.compose import compose
-    from launcher.report import findings_text
-    from launcher.rl.checkpoint import load_driver_state
-    from launcher.rl.evaluate import make_evaluator
+    from launcher.config.compose import compose
+    from launcher.driver.checkpoint import load_driver_state
+    from launcher.driver.evaluate import make_evaluator
     from launcher.rl.reward_fn import make_scorer
     from launcher.rl.tokenizer import make_tokenizer
+    from launcher.validate import plan_and_check
+    from launcher.validate.report import findings_text
 
     composed = compose(_run_overrides(checkpoint) + extra)
-    findings, plan = check_point(composed)
+    findings, plan = plan_and_check(composed)
     if any(f.severity == "error" for f in findings):
         sys.stderr.write(findings_text(findings, "refusing to evaluate: "))
         return 1
@@ -88,10 +88,10 @@ def evaluate_checkpoint(checkpoint: Path, extra: list[str], fmt: str) -> int:
 
 
 def _score_on_ray(cfg, plan, checkpoint: Path, state, evaluator, scorer, tokenizer) -> dict:
-    from launcher.orchestrate.cluster import ray_session
-    from launcher.orchestrate.launch import place_groups
-    from launcher.rl.checkpoint import restore
-    from launcher.rl.weight_sync import engines_hold_base, sync_weights
+    from launcher.driver.checkpoint import restore
+    from launcher.driver.cluster import ray_session
+    from launcher.driver.launch import place_groups
+    from launcher.driver.weight_sync import engines_hold_base, sync_weights
 
     with ray_session(cfg, plan.env) as embedded:
         trainers, engines = place_groups(cfg, plan, embedded)

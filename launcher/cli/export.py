@@ -8,7 +8,7 @@ EXIT_FAILED = 3
 
 
 def cmd_export(tokens: list[str], adapter: bool) -> int:
-    from launcher.export.run import ExportError, export
+    from launcher.driver.export import ExportError, export
 
     paths = [t for t in tokens if "=" not in t]
     if len(paths) != 2 or tokens[:2] != paths:

@@ -1,6 +1,6 @@
 """`--help` text: commands, config groups with their options, and the key reference."""
-from launcher._config_files import available
-from launcher.schema._docs import key_reference
+from launcher.config.files import available
+from launcher.config.schema.docs import key_reference
 
 USAGE = """\
 GLM-5.3-Flash RL launcher: validate -> plan -> Ray -> train.

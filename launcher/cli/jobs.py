@@ -7,7 +7,7 @@ from pathlib import Path
 
 from launcher.cli.args import UsageError
 from launcher.cli.submit import SUMMARY_NAME, job_client
-from launcher.compose import compose
+from launcher.config.compose import compose
 
 
 def summary_records(output_dir: Path) -> list[dict]:

@@ -2,7 +2,7 @@
 import sys
 from pathlib import Path
 
-from launcher.compose import compose
+from launcher.config.compose import compose
 from launcher.search import search
 from launcher.search.render import mesh_json, mesh_plot, mesh_table
 

@@ -9,12 +9,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from launcher._paths import PROJECT_ROOT
-from launcher.cli.commands import EXIT_INVALID, EXIT_OK, check_point, take_run_dir_lock
+from launcher.cli.commands import EXIT_INVALID, EXIT_OK, take_run_dir_lock
 from launcher.cli.submit import refuse_secret_overrides
-from launcher.compose import Composed
-from launcher.report import findings_text
-from launcher.rundir import run_dir_of, write_run_files
+from launcher.config.compose import Composed
+from launcher.driver.rundir import run_dir_of, write_run_files
+from launcher.paths import PROJECT_ROOT
+from launcher.validate import plan_and_check
+from launcher.validate.report import findings_text
 
 RAY_PORT = 6379
 NODES_TIMEOUT_S = 300
@@ -85,7 +86,7 @@ def sbatch_script(composed: Composed, run_dir: Path) -> str:
 
 def cmd_sbatch(composed: Composed) -> int:
     refuse_secret_overrides(composed.overrides, "in the batch script")
-    findings, plan = check_point(composed)
+    findings, plan = plan_and_check(composed)
     if any(f.severity == "error" for f in findings):
         sys.stderr.write(findings_text(findings, "refusing to write the batch script: "))
         return EXIT_INVALID

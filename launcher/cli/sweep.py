@@ -3,7 +3,7 @@ list the illegal points with their first error, then plan (or run) only the lega
 
 Expansion uses Hydra's own override parser and BasicSweeper, so `a=1,2 b=range(1,4)`
 means what it means in any Hydra app. One PointComposer composes all points
-(launcher/compose_points.py: Hydra once per set of group choices, ~2 ms a point after that,
+(launcher/config/compose_points.py: Hydra once per set of group choices, ~2 ms a point after that,
 the same config and findings as a full compose). A `plan` sweep starts no Ray.
 """
 import json
@@ -14,10 +14,11 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from launcher.cli.args import Args, UsageError
-from launcher.cli.commands import EXIT_INVALID, EXIT_OK, check_point, take_run_dir_lock
-from launcher.compose_points import PointComposer
+from launcher.cli.commands import EXIT_INVALID, EXIT_OK, take_run_dir_lock
+from launcher.config.compose_points import PointComposer
+from launcher.driver.rundir import run_dir_of, write_run_files
 from launcher.errors import ConfigError
-from launcher.rundir import run_dir_of, write_run_files
+from launcher.validate import plan_and_check
 
 
 @dataclass
@@ -49,7 +50,7 @@ def evaluate(index: int, overrides: list[str], composer: PointComposer):
         f = err.findings[0]
         point.status, point.first_error = "invalid", f"{f.id} {f.key}: {f.message}"
         return point, None, None
-    findings, plan = check_point(composed)
+    findings, plan = plan_and_check(composed)
     errors = [f for f in findings if f.severity == "error"]
     if errors:
         point.status, point.first_error = "illegal", f"{errors[0].id} {errors[0].key}: {errors[0].message}"
@@ -89,7 +90,7 @@ def cmd_sweep(args: Args) -> int:
     else:
         sys.stdout.write(_summary(points))
     if args.command == "run":
-        from launcher.orchestrate import launch
+        from launcher.driver.launch import launch
 
         for p, composed, plan in legal:  # one lock per point, held for that point's run only
             lock = take_run_dir_lock(run_dir_of(composed, f"sweep/{p.index}"))

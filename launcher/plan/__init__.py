@@ -9,8 +9,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from launcher.plan._arch import ArchFacts, arch_key, facts
+from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
+from launcher.plan.arch import ArchFacts, arch_key, facts
 from launcher.plan.batch import BatchPlan, plan_batch
 from launcher.plan.env import plan_env
 from launcher.plan.lora import LoraPlan, plan_lora
@@ -20,7 +21,6 @@ from launcher.plan.params import ParamCounts, count_params
 from launcher.plan.placement import GpuSlot, PlacementPlan, plan_placement
 from launcher.plan.sync import SyncPlan, plan_sync
 from launcher.plan.timing import TimingPlan, plan_timing
-from launcher.schema.root import LauncherConfig
 
 __all__ = ["Plan", "make_plan", "GpuSlot", "MODEL_PARTS"]
 

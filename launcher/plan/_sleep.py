@@ -9,7 +9,7 @@ sync brings the weights back. Which is right follows from what the next sync sen
   with the engine (level 2 would re-send the base at every step);
 - async placement: 0, the engines own their GPUs and never sleep.
 """
-from launcher.schema.root import LauncherConfig
+from launcher.config.schema.root import LauncherConfig
 
 
 def derived_sleep_level(colocated: bool, sync_kind: str) -> tuple[int, str]:

@@ -5,8 +5,8 @@ memory and timeouts for the longest step the config allows, not the average one.
 """
 from dataclasses import dataclass
 
+from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
-from launcher.schema.root import LauncherConfig
 
 
 @dataclass

@@ -5,9 +5,9 @@ nvcc from it) is forwarded explicitly; the user's `env` section wins over planne
 """
 from collections.abc import Mapping
 
-from launcher.plan._arch import ArchFacts
+from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
-from launcher.schema.root import LauncherConfig
+from launcher.plan.arch import ArchFacts
 
 PRE_BLACKWELL = ("ampere", "ada", "hopper")
 

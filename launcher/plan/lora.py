@@ -8,8 +8,8 @@ adapter pair is under 1% of GPU memory.
 """
 from dataclasses import dataclass
 
-from launcher.plan._arch import DSA, KDA, ArchFacts
-from launcher.schema.root import LauncherConfig
+from launcher.config.schema.root import LauncherConfig
+from launcher.plan.arch import DSA, KDA, ArchFacts
 
 # name -> (layer kind it lives in, sharded by TP)
 ATTENTION_TARGETS = {

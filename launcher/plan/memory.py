@@ -4,7 +4,7 @@ Colocated runs alternate two phases on the same GPUs. Generation: the engine own
 gpu_memory_utilization budget while the trainer has offloaded weights, grads and
 optimizer and keeps only its runtime reserve. Training: the trainer's full footprint
 plus what a sleeping engine keeps (sleep level 0 never releases the budget).
-Before the first step they start up (launcher/orchestrate/launch.py place_groups): the
+Before the first step they start up (launcher/driver/launch.py place_groups): the
 engines start and go to sleep, then the trainer builds (start-up: the sleeping engine +
 the built trainer), then the first weight sync wakes the engines' weights while the
 trainer is still whole (first sync: + the engine's weights + one transfer bucket).
@@ -14,16 +14,16 @@ resolved one (plan/_sleep.py), which the engines and the sync loop use.
 """
 from dataclasses import dataclass
 
-from launcher.plan._arch import ArchFacts
-from launcher.plan._memory_inference import ENGINE_ASLEEP_GIB, InferenceMemory, engine_reserve, inference_memory
-from launcher.plan._memory_trainer import GIB, TrainerMemory, trainer_memory
+from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan._sleep import resolve_sleep_level
+from launcher.plan.arch import ArchFacts
 from launcher.plan.lora import LoraPlan
+from launcher.plan.memory_inference import ENGINE_ASLEEP_GIB, InferenceMemory, engine_reserve, inference_memory
+from launcher.plan.memory_trainer import GIB, TrainerMemory, trainer_memory
 from launcher.plan.mesh import MeshPlan
 from launcher.plan.params import ParamCounts
 from launcher.plan.sync import sync_kind, transfer_buffer_bytes
-from launcher.schema.root import LauncherConfig
 
 
 @dataclass

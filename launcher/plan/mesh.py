@@ -5,9 +5,9 @@ the validator reports why, the plan still carries every value that could be deri
 """
 from dataclasses import dataclass
 
+from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan.placement import node_counts
-from launcher.schema.root import LauncherConfig
 
 VOCAB_PAD_MULTIPLE = 128  # Megatron's make-vocab-size-divisible-by default
 

@@ -8,8 +8,8 @@ mHC and all norms are replicated. Shapes mirror HF glm5_next parameter for param
 """
 from dataclasses import dataclass, field
 
-from launcher.plan._arch import DSA, KDA, SPARSE, facts, per_arch
-from launcher.schema.model import ArchConfig
+from launcher.config.schema.model import ArchConfig
+from launcher.plan.arch import DSA, KDA, SPARSE, facts, per_arch
 
 
 @dataclass

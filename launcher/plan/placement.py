@@ -7,14 +7,17 @@ shard. Async: trainer nodes first, inference nodes after them, disjoint.
 import functools
 from dataclasses import dataclass
 
+from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
-from launcher.schema.root import LauncherConfig
 
 
 @dataclass(frozen=True)
 class GpuSlot:
     node: int
     gpu: int
+
+
+SHARED_GPU_FRACTION = 0.5
 
 
 @dataclass
@@ -26,6 +29,9 @@ class PlacementPlan:
     engine_slots: list[list[GpuSlot]]
     gpus_needed: int
     """GPUs the placement occupies (async: trainer + inference; colocated: the shared set)."""
+    gpu_fraction: float
+    """The share of a GPU each trainer rank and engine worker asks Ray for: half where a
+    trainer rank and an engine share the GPU (colocated), else all of it."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -66,4 +72,5 @@ def plan_placement(cfg: LauncherConfig, log: Origins) -> PlacementPlan:
     inf_slots = _slots(tuple(inf_nodes), gpn)
     return PlacementPlan(mode=p.mode.value, trainer_nodes=train_nodes, inference_nodes=inf_nodes,
                          trainer_slots=_slots(tuple(train_nodes), gpn),
-                         engine_slots=_engines(inf_slots, inf.engines, inf.tp), gpus_needed=needed)
+                         engine_slots=_engines(inf_slots, inf.engines, inf.tp), gpus_needed=needed,
+                         gpu_fraction=SHARED_GPU_FRACTION if p.mode.value == "colocated" else 1.0)

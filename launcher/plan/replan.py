@@ -21,22 +21,22 @@ def _candidates(a, target: int, dp: int):
                 break
 
 
-def replan_keeping(composed, keep: list[str], check_point):
+def replan_keeping(composed, keep: list[str], plan_and_check):
     """Return (composed, findings, plan) for the adjusted config; raises ConfigError on unknown keeps."""
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from launcher.errors import ConfigError, Finding
 
     unknown = [k for k in keep if k not in KEEPABLE]
     if unknown:
         raise ConfigError([Finding("CFG006", "error", "--keep", f"cannot keep {unknown}",
                                    "Only these quantities are re-planned.", f"Use --keep with one of {list(KEEPABLE)}.")])
-    findings, plan = check_point(composed)
+    findings, plan = plan_and_check(composed)
     cfg, extra = composed.config, []
     if plan.placement.mode == "colocated" and cfg.inference.tp:
         extra.append(f"inference.engines={plan.mesh.trainer_gpus // cfg.inference.tp}")
     if plan.mesh.dp:
         extra += next(_candidates(cfg.algorithm, plan.batch.sequences_per_step, plan.mesh.dp), [])
     adjusted = compose(composed.overrides + extra)
-    findings, plan = check_point(adjusted)
+    findings, plan = plan_and_check(adjusted)
     plan.origins["replan"] = f"replan kept sequences_per_step={plan.batch.sequences_per_step} with {extra}"
     return adjusted, findings, plan

@@ -10,14 +10,21 @@ both the trainer nodes' NICs (all engines' copies leave through them) and the en
 """
 from dataclasses import dataclass
 
-from launcher.plan._arch import DSA, KDA, facts
-from launcher.plan._memory_trainer import DTYPE_BYTES, GIB
+from launcher.config.schema.model import ArchConfig
+from launcher.config.schema.root import LauncherConfig
+from launcher.plan.arch import DSA, KDA, facts
 from launcher.plan.lora import LoraPlan
+from launcher.plan.memory_trainer import DTYPE_BYTES, GIB
 from launcher.plan.params import ParamCounts
-from launcher.schema.model import ArchConfig
-from launcher.schema.root import LauncherConfig
 
 SYNC_BUCKET_GIB = 1.0
+BUCKET_BYTES = int(SYNC_BUCKET_GIB * GIB)
+"""What a trainer packs per bucket. The price above has one overhead per bucket, so the
+plan's sync time is that of what runs. Per bucket an engine takes one actor call and one
+load_weights call, small next to moving 1 GiB; two buckets in flight fit in host RAM beside
+the rest."""
+MAX_BUCKETS_ALIVE = 2
+"""Buckets in flight: one being loaded by the engines while the trainer builds the next."""
 SYNC_BUCKET_OVERHEAD_S = 0.05
 """Per bucket: gather across trainer ranks, IPC/NCCL handle exchange, the engine's load_weights."""
 NETWORK_EFFICIENCY = 0.25

@@ -13,10 +13,10 @@ Deliberately pessimistic constants, so the timeout errs long:
 import math
 from dataclasses import dataclass
 
-from launcher.plan._memory_inference import InferenceMemory
+from launcher.config.schema.root import LauncherConfig
 from launcher.plan.batch import BatchPlan
+from launcher.plan.memory_inference import InferenceMemory
 from launcher.plan.params import ParamCounts
-from launcher.schema.root import LauncherConfig
 
 DECODE_WEIGHT_READS = 2.5
 DECODE_OVERHEAD_S = 0.005

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch
 
-from launcher._registry import Registry
+from launcher.registry import Registry
 
 
 @dataclass

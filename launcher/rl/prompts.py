@@ -12,7 +12,7 @@ SkyRL's `prompt`). Three things are applied, in this order:
 The result is one string; `tokenizer.encode` of it gives the template's ids (special tokens
 in the text are parsed as such), so everything downstream keeps handling prompts as text.
 """
-from launcher.schema._choices import ChatTemplate
+from launcher.config.schema.choices import ChatTemplate
 
 # verl's examples/data_preprocess/gsm8k.py appends this sentence after a space; using the
 # same words means verl's and SkyRL's files (which carry it) are left alone.

@@ -7,7 +7,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from launcher._registry import Registry
+from launcher.registry import Registry
 from launcher.rl import rewards
 
 

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Protocol
 
-from launcher._paths import resolve_data_path
+from launcher.paths import resolve_data_path
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 _SPECIALS = 3

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from launcher.plan import MODEL_PARTS, Plan, make_plan
-from launcher.plan._arch import facts
+from launcher.plan.arch import facts
 from launcher.search.cost import StepEstimate, estimate_step
 from launcher.validate.split import split_rules
 

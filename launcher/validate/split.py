@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from launcher.errors import Finding
-from launcher.report import sort_findings
 from launcher.validate.registry import RULES, Rule
+from launcher.validate.report import sort_findings
 
 
 class VariedRead(BaseException):

@@ -24,8 +24,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
-    from launcher.backends.megatron import MegatronTrainer
-    from launcher.compose import compose
+    from launcher.config.compose import compose
+    from launcher.workers.megatron import MegatronTrainer
     from model.tiny_checkpoint import write_tiny_checkpoint
 
     folder = write_tiny_checkpoint(tmp_path_factory.mktemp("glm_bf16"), "tiny", dtype="bfloat16")

@@ -1,5 +1,5 @@
 """CUDA IPC weight sync on one GPU (skipped without CUDA): trainer rank 0 in this process, an hf
-engine in a second process on the same GPU (tests/gpu/engine_process.py), driven by
+engine in a second process on the same GPU (benchmarks/harness/engine_process.py), driven by
 weight_sync.stream_weights as a colocated run drives them. After the sync the engine's
 weights equal the trainer's bit for bit, and rank 0's device memory, which held the bucket
 buffers until the driver confirmed the engine's finish, is back to what it was before.
@@ -19,7 +19,7 @@ SMALL_BUCKET_BYTES = 64 << 10
 
 @pytest.fixture(scope="module")
 def engine():
-    from tests.gpu.engine_process import EngineProcess
+    from benchmarks.harness.engine_process import EngineProcess
 
     process = EngineProcess(OVERRIDES)
     process.wait_started()
@@ -29,15 +29,15 @@ def engine():
 
 def _trainer(backend: str):
     """Trainer rank 0 of a one-rank mesh, its weights moved off the engine's (same seed) init."""
-    from launcher.backends import trainer_class
-    from launcher.compose import compose
+    from launcher.config.compose import compose
+    from launcher.workers import trainer_class
 
     if backend == "megatron":
         pytest.importorskip("megatron.core", reason="megatron-core not installed")
     cfg = compose([*OVERRIDES, f"trainer.backend={backend}"]).config
     trainer = trainer_class(backend)(cfg, 0, 1)
     if backend == "megatron":
-        from tests.gpu.megatron_setup import init_distributed
+        from benchmarks.harness.megatron_setup import init_distributed
 
         init_distributed()  # a process group of one, then the model
         trainer.init_distributed("127.0.0.1", 0)
@@ -50,9 +50,9 @@ def _trainer(backend: str):
 
 @pytest.mark.parametrize("backend", ["hf", "megatron"])
 def test_ipc_sync_lands_bit_for_bit_and_frees_rank0s_buffers(engine, backend):
+    from benchmarks.harness.engine_process import LocalTrainers
+    from launcher.driver.weight_sync import stream_weights
     from launcher.plan.sync import CUDA_IPC
-    from launcher.rl.weight_sync import stream_weights
-    from tests.gpu.engine_process import LocalTrainers
 
     trainer = _trainer(backend)
     expected = {name: t.detach().to("cpu") for _, name, t in trainer._weight_stream(with_base=False)}
@@ -75,7 +75,7 @@ def test_ipc_sync_lands_bit_for_bit_and_frees_rank0s_buffers(engine, backend):
 
 
 def test_an_engine_on_another_gpu_is_told_why_it_cannot_map_the_bucket(engine):
-    from launcher.backends.protocols import IpcBuffer, WeightBucket, WeightUpdate
+    from launcher.contract.protocols import IpcBuffer, WeightBucket, WeightUpdate
 
     bucket = WeightBucket("weights", [], 4, last=True,
                           ipc=IpcBuffer(["w"], ["float32"], [[1]], [4], {"GPU-00000000-not-this-one": ()}))

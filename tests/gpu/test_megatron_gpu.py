@@ -18,13 +18,13 @@ KL_MAX, DLOGP_MAX = 0.01, 0.07
 
 @pytest.fixture(scope="module")
 def device():
-    from tests.gpu.megatron_setup import init_distributed
+    from benchmarks.harness.megatron_setup import init_distributed
 
     return init_distributed()
 
 
 def _tiny_cfg():
-    from launcher.compose import compose
+    from launcher.config.compose import compose
 
     return compose(["model=tiny", "model.dtype=bfloat16"]).config
 
@@ -32,13 +32,13 @@ def _tiny_cfg():
 def _tiny_trainer(device, lr: float, lora_rank: int = 0, cpu_offload: bool = False):
     """The tiny bf16 model (seed 0) under Megatron's DDP + distributed optimizer, and the loss
     of one fixed packed batch (the same tokens on every call)."""
+    from benchmarks.harness.megatron_setup import DOMAIN_LORA_TARGETS
     from model.megatron import pack_lengths, token_logprobs
     from model.megatron.build import build_model
     from model.megatron.init import init_adapters, init_weights
     from model.megatron.lora import apply_lora
     from model.megatron.optim import wrap_for_training
     from model.megatron.spec import ModelSpec
-    from tests.gpu.megatron_setup import DOMAIN_LORA_TARGETS
 
     cfg = _tiny_cfg()
     model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), device)
@@ -58,9 +58,9 @@ def _tiny_trainer(device, lr: float, lora_rank: int = 0, cpu_offload: bool = Fal
 
 
 def test_tiny_bf16_logits_match_hf_long_and_packed(device):
+    from benchmarks.harness.megatron_setup import build_hf_on_gpu, megatron_from_hf_model
     from model.megatron import full_logits, pack_lengths
     from model.megatron.parity import kl_and_dlogp
-    from tests.gpu.megatron_setup import build_hf_on_gpu, megatron_from_hf_model
 
     cfg = _tiny_cfg()
     hf = build_hf_on_gpu(cfg.model, seed=0, device=device).eval()
@@ -112,7 +112,7 @@ def test_offload_round_trip_leaves_training_unchanged(device):
     the distributed optimizer, an fp32 router among bf16 weights (its main params alias the
     DDP buffer). Atomic adds make two runs differ by noise, far below three steps' update of
     any weight; a lost Adam state or a weight left behind would be of the update's size."""
-    from launcher.backends.megatron._state import DeviceMover
+    from launcher.workers.megatron.state import DeviceMover
     from model.megatron.optim import train_step
 
     def run(offload: bool):
@@ -146,7 +146,7 @@ def test_optimizer_cpu_offload_keeps_lora_states_off_the_gpu(device):
     megatron, MEM007): Adam moments and fp32 masters of the adapters live on the host (12 B
     per trainable parameter off the GPU), training works, and a colocation round trip
     (DeviceMover with the optimizer on the host) leaves it working."""
-    from launcher.backends.megatron._state import DeviceMover
+    from launcher.workers.megatron.state import DeviceMover
     from model.megatron.optim import train_step
 
     def run(cpu_offload: bool):

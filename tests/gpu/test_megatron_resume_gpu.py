@@ -30,20 +30,20 @@ would otherwise demand exactness)."""
 
 @pytest.fixture(scope="module")
 def device():
-    from tests.gpu.megatron_setup import init_distributed
+    from benchmarks.harness.megatron_setup import init_distributed
 
     return init_distributed()
 
 
 def _config(overrides):
-    from launcher.compose import compose
+    from launcher.config.compose import compose
 
     return compose(["recipe=tiny_grpo", "trainer.backend=megatron", "model.dtype=bfloat16", *overrides]).config
 
 
 def _shard():
     """Eight random 48-token sequences, prompts of 8, advantages +-1 (fixed)."""
-    from launcher.backends.protocols import TrainShard
+    from launcher.contract.protocols import TrainShard
 
     gen = torch.Generator().manual_seed(0)
     seqs = [torch.randint(1, 64, (48,), generator=gen).tolist() for _ in range(8)]
@@ -54,7 +54,7 @@ def _shard():
 
 
 def _trainer(cfg):
-    from launcher.backends.megatron import MegatronTrainer
+    from launcher.workers.megatron import MegatronTrainer
 
     trainer = MegatronTrainer(cfg, 0, 1)
     trainer.init_distributed("127.0.0.1", 0)
@@ -63,12 +63,12 @@ def _trainer(cfg):
 
 def _state(trainer) -> dict:
     """Host copies of every weight, and of the optimizer's fp32 masters and moments."""
-    from launcher.backends.megatron import _checkpoint
+    from launcher.workers.megatron import checkpoint
 
     names = {id(p): n for n, p in trainer.model.named_parameters()}
     out = {n: p.detach().float().cpu().clone() for n, p in trainer.model.named_parameters()}
-    for part in _checkpoint._distributed_parts(trainer.optimizer):
-        for param, _, states in _checkpoint._distributed_states(part):
+    for part in checkpoint._distributed_parts(trainer.optimizer):
+        for param, _, states in checkpoint._distributed_states(part):
             out.update({f"{k}.{names[id(param)]}": v.detach().float().cpu().clone() for k, v in states.items()})
     return out
 

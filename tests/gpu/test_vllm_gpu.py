@@ -20,14 +20,14 @@ BF16_LOGP_TOL = 0.1
 
 
 def _config(*overrides):
-    from launcher.compose import compose
+    from launcher.config.compose import compose
 
     return compose(["cluster=h200x1", "model.dtype=bfloat16", "inference.gpu_memory_utilization=0.25",
                     *overrides]).config
 
 
 def _hf_model(cfg, seed=3):
-    from launcher.backends.hf._model import build_model
+    from launcher.workers.hf.model import build_model
 
     return build_model(cfg.model, 0, seed).cuda().eval()
 
@@ -37,7 +37,7 @@ SMALL_BUCKET_BYTES = 4 << 20  # several buckets even for the tiny models: layers
 
 def _stream(engine, update, named):
     """A streamed update through the Protocol: begin, bucket after bucket, finish."""
-    from launcher.backends._stream import buckets
+    from launcher.workers.stream import buckets
 
     engine.begin_weight_update(update)
     for bucket in buckets(named, SMALL_BUCKET_BYTES):
@@ -47,14 +47,14 @@ def _stream(engine, update, named):
 
 def _sync(engine, model, version=1):
     """Merged weights, streamed into the engine in buckets."""
-    from launcher.backends.hf._model import language_items
-    from launcher.backends.protocols import WeightUpdate
+    from launcher.contract.protocols import WeightUpdate
+    from launcher.workers.hf.model import language_items
 
     _stream(engine, WeightUpdate(version=version), (("weights", n, t) for n, t in language_items(model)))
 
 
 def _request(n=1, seed=11):
-    from launcher.backends.protocols import GenerationRequest, SamplingParams
+    from launcher.contract.protocols import GenerationRequest, SamplingParams
 
     return GenerationRequest(prompts=[PROMPT] * n, seed=seed, sampling=SamplingParams(max_tokens=16))
 
@@ -74,7 +74,7 @@ def _assert_matches(generation, model):
 
 @pytest.mark.parametrize("level", [1, 2])
 def test_sleep_frees_the_gpu_and_wake_restores_the_synced_model(level):
-    from launcher.backends.vllm import VllmInference
+    from launcher.workers.vllm import VllmInference
 
     cfg = _config("recipe=tiny_qwen3_vllm", f"inference.sleep_level={level}")
     model = _hf_model(cfg)
@@ -99,7 +99,7 @@ def test_ipc_transfer_colocated_updates_the_engine():
     import ray
     from vllm.distributed.weight_transfer.base import ModuleSource
 
-    from launcher.backends.vllm import VllmInference, trainer_sender
+    from launcher.workers.vllm import VllmInference, trainer_sender
 
     cfg = _config("recipe=tiny_qwen3_vllm", "inference.sleep_level=1")
     ray.init(num_gpus=1, include_dashboard=False, ignore_reinit_error=True)
@@ -124,8 +124,8 @@ def test_loop_path_trainer_pushes_over_ipc_when_the_engine_reports_it():
     merged weights with the policy version (send_weights)."""
     import ray
 
-    from launcher.backends.hf import HfTrainer
-    from launcher.backends.vllm import VllmInference
+    from launcher.workers.hf import HfTrainer
+    from launcher.workers.vllm import VllmInference
 
     cfg = _config("recipe=tiny_qwen3_vllm", "inference.sleep_level=1")
     ray.init(num_gpus=1, include_dashboard=False, ignore_reinit_error=True)
@@ -150,7 +150,7 @@ def test_nccl_transfer_async_updates_the_engine():
     import ray
     from vllm.distributed.weight_transfer.base import ModuleSource
 
-    from launcher.backends.vllm import VllmInference, trainer_sender
+    from launcher.workers.vllm import VllmInference, trainer_sender
 
     cfg = _config("recipe=tiny_qwen3_vllm", "placement.mode=async", "inference.sleep_level=0")
     with socket.socket() as s:
@@ -172,7 +172,7 @@ def test_nccl_transfer_async_updates_the_engine():
 
 def test_glm5_flash_engine_takes_bucketed_merged_weights():
     """vLLM's own GLM-5.3-Flash model (KDA, DSA, mHC, MoE kernels) loads HF-named buckets."""
-    from launcher.backends.vllm import VllmInference
+    from launcher.workers.vllm import VllmInference
 
     cfg = _config("recipe=tiny_grpo", "inference.backend=vllm", "inference.engines=1", "inference.sleep_level=1",
                   "inference.max_model_len=256")
@@ -185,10 +185,10 @@ def test_glm5_flash_engine_takes_bucketed_merged_weights():
 def test_glm5_flash_adapter_sync_with_experts_among_targets():
     """Adapter sync: vLLM needs `experts` among its LoRA targets on the MoE model, or it
     fails with "LoRA context must be set" (DOMAIN.md section 4)."""
-    from launcher.backends.hf._lora import adapter_state, lora_kwargs, merged_items, wrap
-    from launcher.backends.hf._model import VISION_PREFIX
-    from launcher.backends.protocols import WeightUpdate
-    from launcher.backends.vllm import VllmInference
+    from launcher.contract.protocols import WeightUpdate
+    from launcher.workers.hf.lora import adapter_state, lora_kwargs, merged_items, wrap
+    from launcher.workers.hf.model import VISION_PREFIX
+    from launcher.workers.vllm import VllmInference
 
     cfg = _config("recipe=tiny_grpo", "inference.backend=vllm", "inference.engines=1", "inference.sleep_level=1",
                   "inference.max_model_len=256", "trainer.lora.rank=8", "trainer.lora.merge=false",

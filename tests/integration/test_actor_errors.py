@@ -31,7 +31,7 @@ def local_ray():
 
 
 def _group(actors):
-    from launcher.orchestrate.groups import _Group
+    from launcher.driver.groups import _Group
 
     group = _Group()
     group.actors, group.labels = actors, [f"trainer rank {i}" for i in range(len(actors))]
@@ -41,7 +41,7 @@ def _group(actors):
 
 
 def test_a_peers_death_is_reported_over_the_survivors_error(local_ray):
-    from launcher.orchestrate.groups import ActorDiedError
+    from launcher.driver.groups import ActorDiedError
 
     survivor, victim = Peer.remote(), Peer.remote()
     group = _group([survivor, victim])

@@ -49,7 +49,7 @@ def _hf_logprobs(model) -> torch.Tensor:
 
 def _trainer_logprobs(trainer) -> torch.Tensor:
     """The trainer's own log-probs of IDS (the values it trains on)."""
-    from launcher.backends.protocols import TrainShard
+    from launcher.contract.protocols import TrainShard
 
     shard = TrainShard(sequences=[IDS], prompt_lens=[1], advantages=[0.0], tokens_in_mini_batch=len(IDS) - 1,
                        seqs_in_mini_batch=1)
@@ -57,9 +57,9 @@ def _trainer_logprobs(trainer) -> torch.Tensor:
 
 
 def _loaded_trainer(args: list[str], checkpoint: Path):
-    from launcher.backends import trainer_class
-    from launcher.backends._rendezvous import free_address
-    from launcher.compose import compose
+    from launcher.config.compose import compose
+    from launcher.workers import trainer_class
+    from launcher.workers.rendezvous import free_address
 
     cfg = compose([a for a in args if not a.startswith("run.")]).config
     trainer = trainer_class(cfg.trainer.backend.value)(cfg, 0, 1)

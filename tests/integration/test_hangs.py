@@ -18,9 +18,9 @@ import pytest
 import ray
 from launch_helpers import SMALL
 
-from launcher.orchestrate.deadlines import CallDeadlines
-from launcher.orchestrate.groups import HangError, _Group
-from launcher.orchestrate.ray_processes import records_dir
+from launcher.driver.deadlines import CallDeadlines
+from launcher.driver.groups import HangError, _Group
+from launcher.driver.ray_processes import records_dir
 
 pytestmark = pytest.mark.slow
 HANG_S = 10

@@ -37,10 +37,10 @@ def _live_timeouts(trainer) -> dict[str, float]:
 
 
 def _started_trainers(config, plan):
-    from launcher.backends import trainer_class
-    from launcher.orchestrate.cluster import gpu_resource
-    from launcher.orchestrate.groups import TrainerGroup
-    from launcher.orchestrate.placement import Placement
+    from launcher.driver.cluster import gpu_resource
+    from launcher.driver.groups import TrainerGroup
+    from launcher.driver.placement import Placement
+    from launcher.workers import trainer_class
 
     placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(True), True)
     placement.ready(120)
@@ -52,8 +52,8 @@ def _started_trainers(config, plan):
 @pytest.mark.parametrize("backend", [
     "hf", pytest.param("megatron", marks=pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core not installed"))])
 def test_every_trainer_group_has_the_configured_timeout(backend):
-    from launcher.compose import compose
-    from launcher.orchestrate.cluster import ray_session
+    from launcher.config.compose import compose
+    from launcher.driver.cluster import ray_session
     from launcher.plan import make_plan
 
     config = compose(["recipe=tiny_grpo", f"trainer.backend={backend}", f"trainer.nccl_timeout_s={TIMEOUT_S}",

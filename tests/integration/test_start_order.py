@@ -13,12 +13,12 @@ pytestmark = pytest.mark.slow
 def test_colocated_engines_sleep_before_the_trainers_build_and_wake_at_the_first_sync():
     from timeline_helpers import ended_before, task_spans
 
-    from launcher.backends.protocols import GenerationRequest, SamplingParams
-    from launcher.compose import compose
-    from launcher.orchestrate.cluster import ray_session
-    from launcher.orchestrate.launch import place_groups
+    from launcher.config.compose import compose
+    from launcher.contract.protocols import GenerationRequest, SamplingParams
+    from launcher.driver.cluster import ray_session
+    from launcher.driver.launch import place_groups
+    from launcher.driver.weight_sync import sync_weights
     from launcher.plan import make_plan
-    from launcher.rl.weight_sync import sync_weights
 
     config = compose(["recipe=tiny_grpo", "run.name=start-order"]).config
     plan = make_plan(config)

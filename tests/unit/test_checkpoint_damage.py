@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from launcher.compose import compose
-from launcher.rl import checkpoint as ck
-from launcher.rl.checkpoint import (
+from launcher.config.compose import compose
+from launcher.driver import checkpoint as ck
+from launcher.driver.checkpoint import (
     Checkpointer,
     CheckpointError,
     DamagedCheckpointError,
@@ -45,7 +45,7 @@ class InProcess:
 
 @pytest.fixture(scope="module")
 def hf():
-    from launcher.backends import trainer_class
+    from launcher.workers import trainer_class
 
     return InProcess(trainer_class("hf")(compose(CONFIG).config, 0, 1))
 
@@ -117,7 +117,7 @@ def test_every_checkpoint_damaged_is_an_error_not_a_fresh_start(tmp_path, hf):
 
 
 def test_a_load_that_raises_falls_back_to_the_previous_checkpoint(tmp_path, hf, capsys):
-    from launcher.backends.hf._model import language_state
+    from launcher.workers.hf.model import language_state
 
     trainer = hf.ranks[0]
     ckpt = _saved(tmp_path, hf, steps=(2,))
@@ -151,7 +151,7 @@ def test_rng_state_survives_a_weights_only_load(tmp_path, hf):
 
 
 def test_torn_last_metrics_line_is_dropped_with_a_message(tmp_path, capsys):
-    from launcher.rl.metrics import METRICS_FILE, StepLogger
+    from launcher.driver.metrics import METRICS_FILE, StepLogger
 
     rows = [json.dumps({"step": s, "reward": 0.5}) for s in (1, 2, 3)]
     (tmp_path / METRICS_FILE).write_text("\n".join(rows) + '\n{"step": 4, "rew')

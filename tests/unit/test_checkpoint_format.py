@@ -30,7 +30,7 @@ def _language_tensors(folder: Path) -> dict:
 
 
 def _model_spec(folder: Path, dtype="float32"):
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from model.megatron.spec import ModelSpec
 
     cfg = compose(["model=tiny", f"model.hf_path={folder}"]).config
@@ -102,9 +102,9 @@ def test_every_mesh_loads_the_checkpoint_and_exports_it_bit_exact(mesh_results, 
 
 def test_streamed_sync_names_are_the_save_pretrained_key_set(tiny_glm_checkpoint):
     """Both trainers ship what `save_pretrained` wrote, and nothing under another name."""
-    from launcher.backends.hf._model import build_model as build_hf
-    from launcher.backends.hf._model import checkpoint_state
-    from launcher.compose import compose
+    from launcher.config.compose import compose
+    from launcher.workers.hf.model import build_model as build_hf
+    from launcher.workers.hf.model import checkpoint_state
     from model.megatron.build import build_model
     from model.megatron.weights import hf_stream, load_checkpoint_folder
 

@@ -1,8 +1,8 @@
 """Composition: every recipe on its cluster (and every cluster), and bad input as findings."""
 import pytest
 
-from launcher._config_files import available
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.config.files import available
 from launcher.errors import ConfigError
 
 RECIPES = sorted(available("recipe"))

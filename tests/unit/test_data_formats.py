@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from launcher.compose import compose
-from launcher.rl.data import DataError, PromptStream, load_problems
+from launcher.config.compose import compose
+from launcher.driver.data import DataError, PromptStream, load_problems
 from launcher.rl.prompts import GSM8K_INSTRUCTION
 from launcher.rl.tasks import TASKS
 from launcher.rl.tokenizer import CharTokenizer, HfTokenizer
@@ -197,8 +197,8 @@ class _ScriptedModel(torch.nn.Module):
 
 @pytest.mark.parametrize("stop", [0, 4, 6])
 def test_hf_sampling_stops_at_any_eos_id(stop):
-    from launcher.backends.hf._sampling import sample
-    from launcher.backends.protocols import SamplingParams
+    from launcher.contract.protocols import SamplingParams
+    from launcher.workers.hf.sampling import sample
 
     (result,) = sample(_ScriptedModel([9, 11, stop, 12]), [[3, 5]], SamplingParams(max_tokens=6), (0, 4, 6), 0, seed=0)
     assert result.tokens == [9, 11, stop] and result.finished
@@ -207,29 +207,29 @@ def test_hf_sampling_stops_at_any_eos_id(stop):
 
 
 def test_hf_engine_takes_the_checkpoints_eos_ids(tiny_glm_checkpoint):
-    from launcher.backends import engine_class
+    from launcher.workers import engine_class
 
     cfg = compose(["recipe=tiny_grpo", f"model.hf_path={tiny_glm_checkpoint}"]).config
     assert engine_class("hf")(cfg, 0).eos_ids == (0, 4, 6)
 
 
 def test_vllm_requests_stop_on_every_eos_id(tiny_glm_checkpoint, monkeypatch):
-    from launcher.backends.protocols import SamplingParams
-    from launcher.backends.vllm import _engine
-    from launcher.backends.vllm._actor import VllmInference
-    from launcher.backends.vllm._sampling import stop_ids
+    from launcher.contract.protocols import SamplingParams
+    from launcher.workers.vllm import engine as vllm_engine
+    from launcher.workers.vllm.actor import VllmInference
+    from launcher.workers.vllm.sampling import stop_ids
 
     class FakeEngine:
         def __init__(self, cfg, plan, *, eos_id, pad_id, seed, engine_index=0):
             self.eos_id, self.model_dir_eos = eos_id, eos_id
 
-    monkeypatch.setattr(_engine, "VllmEngine", FakeEngine)
+    monkeypatch.setattr(vllm_engine, "VllmEngine", FakeEngine)
     cfg = compose(["recipe=tiny_qwen3_vllm", f"model.hf_path={tiny_glm_checkpoint}"]).config
     engine = VllmInference(cfg, 0).engine
     assert engine.model_dir_eos == 0 and stop_ids(engine.eos_id) == [0, 4, 6]
     assert stop_ids(7) == [7]
     pytest.importorskip("vllm")
-    from launcher.backends.vllm._sampling import vllm_sampling_params
+    from launcher.workers.vllm.sampling import vllm_sampling_params
 
     params = vllm_sampling_params(SamplingParams(max_tokens=4), engine.eos_id, seed=1)
     assert list(params.stop_token_ids) == [0, 4, 6]

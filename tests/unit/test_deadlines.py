@@ -1,13 +1,13 @@
-"""The deadline of every driver wait on an actor call (launcher/orchestrate/deadlines.py),
+"""The deadline of every driver wait on an actor call (launcher/driver/deadlines.py),
 from real plans of real recipes, and the run.hang_timeout_s key that overrides it."""
 import functools
 
 import pytest
 
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.driver import deadlines
+from launcher.driver.deadlines import FIRST_CALL_FLOOR_S, FLOOR_S, MARGIN, CallDeadlines, startup_estimate_s
 from launcher.errors import ConfigError
-from launcher.orchestrate import deadlines
-from launcher.orchestrate.deadlines import FIRST_CALL_FLOOR_S, FLOOR_S, MARGIN, CallDeadlines, startup_estimate_s
 from launcher.plan import make_plan
 
 

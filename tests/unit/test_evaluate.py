@@ -9,13 +9,13 @@ import json
 import pytest
 import torch
 
-from launcher.backends import engine_class, trainer_class
-from launcher.backends._stream import sync_in_process
-from launcher.compose import compose
-from launcher.rl import evaluate
-from launcher.rl.data import PromptStream
+from launcher.config.compose import compose
+from launcher.driver import evaluate
+from launcher.driver.data import PromptStream
 from launcher.rl.reward_fn import make_scorer
 from launcher.rl.tokenizer import CharTokenizer, make_tokenizer
+from launcher.workers import engine_class, trainer_class
+from launcher.workers.stream import sync_in_process
 
 TINY = ["recipe=tiny_grpo", "run.eval_problems=12", "run.eval_samples=3"]
 
@@ -90,7 +90,7 @@ def test_val_path_is_read_by_the_training_loader(tmp_path):
 
 
 def test_greedy_sampling_is_argmax():
-    from launcher.backends.hf._compute import sample_next
+    from launcher.workers.hf.compute import sample_next
 
     logits = torch.randn(6, 40)
     token, logp = sample_next(logits, 0.0, 1.0, torch.Generator().manual_seed(0))
@@ -114,7 +114,7 @@ def test_eval_row_is_deterministic_and_matches_its_responses():
     assert first["eval/pass_at_k"] >= first["eval/mean_at_k_acc"]
     # greedy_reward recomputed from a plain greedy generation of each prompt
     engine = engines.engines[0]
-    from launcher.backends import GenerationRequest, SamplingParams
+    from launcher.contract.protocols import GenerationRequest, SamplingParams
 
     gen = engine.generate(GenerationRequest(ev.set.prompt_ids, 0, SamplingParams(cfg.algorithm.max_response_len, 0.0)))
     rewards = [scorer.score(tokenizer.decode(t), p).reward for t, p in zip(gen.tokens, ev.set.problems, strict=True)]
@@ -139,7 +139,7 @@ def test_greedy_only_and_training_weights_change_the_numbers():
 
 
 def _logger(run_dir, start_step):
-    from launcher.rl.metrics import StepLogger
+    from launcher.driver.metrics import StepLogger
 
     cfg = compose(["recipe=tiny_grpo", "run.steps=4", "logging.backends=[jsonl]"]).config
     return StepLogger(run_dir, cfg.logging, cfg.run, start_step, {})
@@ -157,7 +157,7 @@ def _eval_row(step):
 
 
 def test_resume_drops_the_checkpoints_eval_row_and_the_plot_shows_held_out_series(tmp_path):
-    from launcher.rl.plot import accuracy_panel
+    from launcher.driver.plot import accuracy_panel
 
     log = _logger(tmp_path, 0)
     log.log_eval(_eval_row(0))
@@ -180,7 +180,7 @@ def test_resume_drops_the_checkpoints_eval_row_and_the_plot_shows_held_out_serie
 
 
 def test_eval_console_line():
-    from launcher.rl.metrics import eval_line
+    from launcher.driver.metrics import eval_line
 
     line = eval_line({"steps": 4, **_eval_row(2)})
     assert line.startswith("eval    2/4 | greedy acc 0.200") and "mean@4 acc 0.100" in line and "n 8" in line

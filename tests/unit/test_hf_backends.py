@@ -2,9 +2,10 @@
 LoRA, adapter), checkpoints, sleep/wake and seeded sampling."""
 import pytest
 
-from launcher.backends import GenerationRequest, SamplingParams, TrainShard, WeightUpdate, engine_class, trainer_class
-from launcher.backends._stream import sync_in_process
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.contract.protocols import GenerationRequest, SamplingParams, TrainShard, WeightUpdate
+from launcher.workers import engine_class, trainer_class
+from launcher.workers.stream import sync_in_process
 
 PROMPTS = [[5, 6, 7]] * 4 + [[8, 9]] * 4
 LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.targets=[linear_proj,q_proj,linear_fc1]"]
@@ -112,7 +113,7 @@ def test_entropy_bonus_reaches_the_gradient():
 
 
 def test_micro_batches_respect_the_token_budget():
-    from launcher.backends._batch import split_rows
+    from launcher.workers.batch import split_rows
 
     # rows x longest length <= 12: [5, 6] fit (2 x 6), a third row of 6 would need 18
     assert split_rows([5, 6, 6, 2, 2, 13], max_tokens=12) == [[0, 1], [2, 3], [4], [5]]
@@ -121,7 +122,7 @@ def test_micro_batches_respect_the_token_budget():
 def test_top_p_restricts_sampling_but_reports_the_full_log_prob():
     import torch
 
-    from launcher.backends.hf._compute import sample_next
+    from launcher.workers.hf.compute import sample_next
 
     logits_BV = torch.log(torch.tensor([[0.6, 0.3, 0.1]])).repeat(200, 1)
     gen = torch.Generator().manual_seed(0)

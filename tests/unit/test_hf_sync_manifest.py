@@ -3,10 +3,11 @@ a checkpoint tensor fails finish_weight_update, naming a few; a complete one pas
 import pytest
 import torch
 
-from launcher.backends import WeightBucket, WeightUpdate, engine_class, trainer_class
-from launcher.backends._manifest import SyncManifest
-from launcher.backends.hf._model import checkpoint_state
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.contract.protocols import WeightBucket, WeightUpdate
+from launcher.workers import engine_class, trainer_class
+from launcher.workers.hf.model import checkpoint_state
+from launcher.workers.manifest import SyncManifest
 
 
 @pytest.fixture(scope="module")

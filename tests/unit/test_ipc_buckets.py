@@ -6,12 +6,12 @@ tests/gpu/test_ipc_sync_gpu.py."""
 import pytest
 import torch
 
-from launcher.backends import trainer_class
-from launcher.backends._ipc import PackedBucket, unpack
-from launcher.backends.protocols import IpcBuffer
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.contract.protocols import IpcBuffer
+from launcher.driver.weight_sync import stream_weights
 from launcher.plan.sync import CUDA_IPC, HOST, bucket_transport, bucketed_seconds, transfer_buffer_bytes
-from launcher.rl.weight_sync import stream_weights
+from launcher.workers import trainer_class
+from launcher.workers.ipc import PackedBucket, unpack
 
 GPU_HF = ["recipe=tiny_grpo", "cluster=h200x1", "inference.backend=hf", "inference.engines=1", "placement.mode=colocated"]
 

@@ -5,9 +5,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.driver.rundir import write_run_files
 from launcher.errors import ConfigError
-from launcher.rundir import write_run_files
 from launcher.secrets import MASK, is_secret_name, mask_override, mask_secrets
 
 HEADER = "defaults:\n  - /cluster: local\n  - /model: tiny\n  - _self_\n"

@@ -110,7 +110,7 @@ def draw_recompute(rng: random.Random) -> dict:
 
 def with_settings(cfg, s: dict):
     """cfg with the draw's mesh and recompute settings on a cluster of s["world"] trainer GPUs (colocated)."""
-    from launcher.schema._choices import RecomputeGranularity, RecomputeMethod
+    from launcher.config.schema.choices import RecomputeGranularity, RecomputeMethod
 
     t = cfg.trainer
     mesh = dataclasses.replace(t.mesh, tp=s["tp"], pp=s["pp"], cp=s["cp"], ep=s["ep"], etp=s["etp"],
@@ -166,7 +166,7 @@ def transformer_config(cfg, spec, arch_facts):
     from megatron.core import parallel_state as ps
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
-    from launcher.backends.megatron._model import resolved_mesh
+    from launcher.workers.megatron.model import resolved_mesh
     from model.megatron.optim import megatron_config
 
     m, r, a = cfg.trainer.mesh, cfg.trainer.recompute, cfg.model.arch
@@ -227,7 +227,7 @@ def key_of(message: str) -> str:
 
 def megatron_rejection(cfg, plan, spec) -> tuple[tuple[str, str] | None, object]:
     """(megatron-core's first rejection as (key, message) or None, the project's built config)."""
-    from launcher.backends.megatron._model import resolved_mesh
+    from launcher.workers.megatron.model import resolved_mesh
 
     m = cfg.trainer.mesh
     tp, ep, etp = resolved_mesh(m)
@@ -249,7 +249,7 @@ def megatron_rejection(cfg, plan, spec) -> tuple[tuple[str, str] | None, object]
 @pytest.fixture(scope="module")
 def outcomes() -> list[Outcome]:
     """Every draw of every base, checked by both sides (megatron's parallel state restored afterwards)."""
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from launcher.plan import make_plan
     from launcher.validate import check
     from model.megatron.spec import ModelSpec
@@ -321,7 +321,7 @@ def test_megatron_layer_recomputes_what_recomp008_calls_applied():
     APPLIED_BY_MEGATRON_MODEL must be exactly the modules for which the layer wraps a checkpoint."""
     import torch
 
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from launcher.validate.rules.recompute import APPLIED_BY_MEGATRON_MODEL
     from model.megatron import layer, pack_lengths
     from model.megatron.build import build_model

@@ -4,7 +4,7 @@ adapter + base) reproducing the trainer's own log-probs.
 """
 import pytest
 
-from launcher.backends._stream import sync_in_process
+from launcher.workers.stream import sync_in_process
 from tests.unit.megatron_world import init_world_of_one
 
 torch = pytest.importorskip("torch")
@@ -15,13 +15,13 @@ PROMPTS = [4, 3, 5]
 
 
 def _config(*overrides):
-    from launcher.compose import compose
+    from launcher.config.compose import compose
 
     return compose(["recipe=tiny_grpo", "trainer.backend=megatron", *overrides]).config
 
 
 def _shard():
-    from launcher.backends.protocols import TrainShard
+    from launcher.contract.protocols import TrainShard
 
     tokens = sum(len(s) - p for s, p in zip(SEQS, PROMPTS, strict=True))
     return TrainShard(sequences=SEQS, prompt_lens=PROMPTS, advantages=[1.0, -0.5, 0.25],
@@ -29,7 +29,7 @@ def _shard():
 
 
 def _trainer(cfg):
-    from launcher.backends.megatron import MegatronTrainer
+    from launcher.workers.megatron import MegatronTrainer
 
     init_world_of_one()
     trainer = MegatronTrainer(cfg, 0, 1)
@@ -38,8 +38,8 @@ def _trainer(cfg):
 
 
 def _engine_logprobs(engine, cfg):
-    from launcher.backends._batch import micro_batches, ungrid
-    from launcher.backends.hf._compute import logits_of, target_logprobs
+    from launcher.workers.batch import micro_batches, ungrid
+    from launcher.workers.hf.compute import logits_of, target_logprobs
 
     out = []
     for mb in micro_batches(SEQS, PROMPTS, 0, 4096):
@@ -53,8 +53,8 @@ def _close(a, b, atol=2e-5):
 
 
 def test_logprobs_match_hf_trainer_and_merged_sync_reproduces_them():
-    from launcher.backends.hf import HfEngine, HfTrainer
-    from launcher.backends.hf._model import checkpoint_state
+    from launcher.workers.hf import HfEngine, HfTrainer
+    from launcher.workers.hf.model import checkpoint_state
     from model.megatron.weights import load_hf_state
 
     cfg = _config()
@@ -70,7 +70,7 @@ def test_logprobs_match_hf_trainer_and_merged_sync_reproduces_them():
 
 
 def test_lora_adapter_sync_reproduces_trainer_logprobs():
-    from launcher.backends.hf import HfEngine
+    from launcher.workers.hf import HfEngine
 
     cfg = _config("trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.merge=false",
                   "trainer.lora.targets=[q_proj,o_proj,linear_q_up_proj,linear_proj,linear_kv_down_proj]")
@@ -90,7 +90,7 @@ def test_registry_imports_the_megatron_backend_in_a_fresh_interpreter():
     import subprocess
     import sys
 
-    code = "from launcher.backends.registry import trainer_class; print(trainer_class('megatron').__name__)"
+    code = "from launcher.workers.registry import trainer_class; print(trainer_class('megatron').__name__)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "MegatronTrainer"

@@ -1,4 +1,4 @@
-"""Megatron trainer checkpoints on CPU (launcher/backends/megatron/_checkpoint.py): a resumed
+"""Megatron trainer checkpoints on CPU (launcher/workers/megatron/checkpoint.py): a resumed
 trainer continues bit for bit (full fine-tuning and LoRA, sync and async writes), checkpoints
 reshard between meshes (DP2, TP2, EP2, TP2+ETP2 <-> one rank; weights and AdamW moments,
 compared whole), LoRA holds only its adapters, a LoRA checkpoint refuses another base, and a
@@ -25,7 +25,7 @@ MESHES = {"dp2": (1, 1, 1), "tp2": (2, 1, 1), "ep2": (1, 2, 1), "tp2_etp2": (2, 
 
 
 def _trainer(*overrides):
-    from launcher.backends.megatron import MegatronTrainer
+    from launcher.workers.megatron import MegatronTrainer
     from tests.unit.test_megatron_backend import _config
 
     init_world_of_one()
@@ -48,7 +48,7 @@ def _folder_bytes(path: str) -> int:
 def test_flat_boxes_cover_a_range_once_in_order(shape):
     from math import prod
 
-    from launcher.backends.megatron._checkpoint import flat_boxes
+    from launcher.workers.megatron.checkpoint import flat_boxes
 
     n = prod(shape)
     whole = torch.arange(n).view(shape)
@@ -63,7 +63,7 @@ def test_flat_boxes_cover_a_range_once_in_order(shape):
 def test_strided_shard_is_blocks_of_the_whole_tensor_and_flat_ranges_map_into_them(monkeypatch):
     """fc1 (gate|up, stride 2) split over TP4: rank 1 holds rows [32:64) and [160:192) of the
     whole [256, 8]; any DP range of its flattened slice lands on exactly those elements."""
-    from launcher.backends.megatron import _checkpoint as ck
+    from launcher.workers.megatron import checkpoint as ck
 
     whole = torch.arange(256 * 8).view(256, 8)
     local = torch.cat([whole[32:64], whole[160:192]])
@@ -106,7 +106,7 @@ def test_resumed_trainer_continues_bit_for_bit(variant, tmp_path):
 
 
 def test_lora_checkpoint_holds_adapters_only_and_is_much_smaller(tmp_path):
-    from launcher.backends.megatron._checkpoint import tensor_keys
+    from launcher.workers.megatron.checkpoint import tensor_keys
     from tests.unit.test_megatron_backend import _shard
 
     sizes, keys = {}, {}
@@ -124,7 +124,7 @@ def test_lora_checkpoint_holds_adapters_only_and_is_much_smaller(tmp_path):
 
 
 def test_lora_checkpoint_refuses_another_base(tmp_path):
-    from launcher.backends.megatron._checkpoint import CheckpointMismatchError, check_identity
+    from launcher.workers.megatron.checkpoint import CheckpointMismatchError, check_identity
 
     trainer = _trainer(*LORA)
     trainer.save_checkpoint(str(tmp_path / "ckpt"))
@@ -144,7 +144,7 @@ def test_lora_checkpoint_refuses_another_base(tmp_path):
 
 
 def test_base_fingerprint_reads_the_index(tmp_path):
-    from launcher.backends.megatron._checkpoint import base_fingerprint
+    from launcher.workers.megatron.checkpoint import base_fingerprint
 
     for name, text in (("a", '{"weight_map": {"x": "1.safetensors"}}'), ("b", '{"weight_map": {"x": "2.safetensors"}}')):
         (tmp_path / name).mkdir()
@@ -153,7 +153,7 @@ def test_base_fingerprint_reads_the_index(tmp_path):
 
 
 def test_damaged_or_missing_file_is_named(tmp_path):
-    from launcher.backends.megatron._checkpoint import CheckpointError
+    from launcher.workers.megatron.checkpoint import CheckpointError
 
     trainer = _trainer()
     good = tmp_path / "good"
@@ -186,7 +186,7 @@ def test_damaged_or_missing_file_is_named(tmp_path):
 # ---------------------------------------------------------------- resharding (two CPU processes)
 
 def _model_and_optimizer(mesh, lora: bool):
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from model.megatron.build import build_model, init_parallel
     from model.megatron.init import init_adapters, init_weights
     from model.megatron.lora import apply_lora
@@ -244,7 +244,7 @@ def _ident(lora: bool) -> dict:
 def _reshard_worker(rank: int, store: str, root: str, queue) -> None:
     import torch.distributed as dist
 
-    from launcher.backends.megatron import _checkpoint
+    from launcher.workers.megatron import checkpoint
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
@@ -253,12 +253,12 @@ def _reshard_worker(rank: int, store: str, root: str, queue) -> None:
         for lora in (False, True):
             tag = f"{name}{'_lora' if lora else ''}"
             model, optimizer = _model_and_optimizer(mesh, lora)
-            _checkpoint.load(os.path.join(root, "one" + ("_lora" if lora else "")), model, optimizer, _ident(lora))
+            checkpoint.load(os.path.join(root, "one" + ("_lora" if lora else "")), model, optimizer, _ident(lora))
             loaded = _whole(model, optimizer)
             want = torch.load(os.path.join(root, f"one{'_lora' if lora else ''}.pt"), weights_only=True)
             results[f"load_{tag}"] = _worst({k: loaded[k] for k in want}, want)
             _step(model, optimizer, seed=3)
-            _checkpoint.save(os.path.join(root, tag), model, optimizer, _ident(lora))
+            checkpoint.save(os.path.join(root, tag), model, optimizer, _ident(lora))
             whole = _whole(model, optimizer)
             if rank == 0:
                 saved = whole if not lora else {k: v for k, v in whole.items() if "lora_" in k}
@@ -273,14 +273,14 @@ def test_checkpoints_reshard_between_one_rank_and_two_rank_meshes(tmp_path):
     to one rank: every weight, buffer and AdamW moment, gathered whole, equals what was
     saved, bit for bit; each key also reads back whole without a process group."""
 
-    from launcher.backends.megatron import _checkpoint
+    from launcher.workers.megatron import checkpoint
 
     init_world_of_one()
     for lora in (False, True):
         model, optimizer = _model_and_optimizer((1, 1, 1), lora)
         _step(model, optimizer, seed=1)
         folder = str(tmp_path / ("one" + ("_lora" if lora else "")))
-        _checkpoint.save(folder, model, optimizer, _ident(lora))
+        checkpoint.save(folder, model, optimizer, _ident(lora))
         whole = _whole(model, optimizer)
         torch.save(whole if not lora else {k: v for k, v in whole.items() if "lora_" in k}, f"{folder}.pt")
     results = run_on_two_ranks(_reshard_worker, str(tmp_path), timeout_s=600)
@@ -290,8 +290,8 @@ def test_checkpoints_reshard_between_one_rank_and_two_rank_meshes(tmp_path):
     for tag in [f"{n}{s}" for n in MESHES for s in ("", "_lora")]:
         lora = tag.endswith("_lora")
         model, optimizer = _model_and_optimizer((1, 1, 1), lora)
-        _checkpoint.load(str(tmp_path / tag), model, optimizer, _ident(lora))
+        checkpoint.load(str(tmp_path / tag), model, optimizer, _ident(lora))
         want = torch.load(tmp_path / f"{tag}.pt", weights_only=True)
         assert _worst({k: v for k, v in _whole(model, optimizer).items() if k in want}, want) == 0.0, tag
-        read = {k: _checkpoint.read_tensor(str(tmp_path / tag), k) for k in want}
+        read = {k: checkpoint.read_tensor(str(tmp_path / tag), k) for k in want}
         assert _worst(read, want) == 0.0, tag

@@ -14,10 +14,10 @@ LENGTHS = [30, 50]
 
 
 def _models(shared: bool):
-    from launcher.backends.hf._model import build_model as build_hf
-    from launcher.backends.hf._model import checkpoint_state
-    from launcher.backends.hf._names import model_state
-    from launcher.compose import compose
+    from launcher.config.compose import compose
+    from launcher.workers.hf.model import build_model as build_hf
+    from launcher.workers.hf.model import checkpoint_state
+    from launcher.workers.hf.names import model_state
     from model.megatron.build import build_model
     from model.megatron.lora import apply_lora
     from model.megatron.spec import ModelSpec
@@ -58,7 +58,7 @@ def _loss_megatron(meg, ids):
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_lora_grads_match_hf_full_weight_grads(shared):
-    from launcher.backends.hf._model import checkpoint_state
+    from launcher.workers.hf.model import checkpoint_state
     from model.megatron.parity import cosine, expected_lora_grads
 
     hf, meg = _models(shared)

@@ -16,9 +16,9 @@ LENGTHS = [40, 23, 64]
 
 @pytest.fixture(scope="module")
 def models():
-    from launcher.backends.hf._model import build_model as build_hf
-    from launcher.backends.hf._model import checkpoint_state
-    from launcher.compose import compose
+    from launcher.config.compose import compose
+    from launcher.workers.hf.model import build_model as build_hf
+    from launcher.workers.hf.model import checkpoint_state
     from model.megatron.build import build_model
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import load_hf_state
@@ -62,7 +62,7 @@ def test_packed_logits_match_hf_per_sequence(models):
 
 
 def test_hf_megatron_hf_round_trip_is_bit_exact(models):
-    from launcher.backends.hf._model import checkpoint_state
+    from launcher.workers.hf.model import checkpoint_state
     from model.megatron.weights import export_hf_state
 
     hf, meg = models
@@ -135,9 +135,9 @@ def test_shared_indexer_layer_matches_hf_and_survives_recompute():
     top-k reuse). Logits match HF per sequence, the weights round-trip (no indexer of its
     own), and full-layer recompute gives the same gradients: the relayed masks are captured
     at forward time, not re-read when backward recomputes the layer."""
-    from launcher.backends.hf._model import build_model as build_hf
-    from launcher.backends.hf._model import checkpoint_state
-    from launcher.compose import compose
+    from launcher.config.compose import compose
+    from launcher.workers.hf.model import build_model as build_hf
+    from launcher.workers.hf.model import checkpoint_state
     from model.megatron import full_logits, token_logprobs
     from model.megatron.build import build_model
     from model.megatron.spec import ModelSpec
@@ -166,7 +166,7 @@ def test_shared_indexer_layer_matches_hf_and_survives_recompute():
 
 
 def test_shared_indexer_without_a_full_neighbour_is_refused():
-    from launcher.compose import compose
+    from launcher.config.compose import compose
     from model.megatron.spec import ModelSpec
 
     cfg = compose(["model=tiny", "model.arch.indexer_types=[full,full,full,shared]"]).config

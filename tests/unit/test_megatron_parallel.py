@@ -18,9 +18,9 @@ MESHES = {"tp2": (2, 1, 1), "ep2_dp2": (1, 2, 1), "tp2_ep2": (2, 2, 1), "tp2_etp
 
 
 def _hf_reference():
-    from launcher.backends.hf._model import build_model as build_hf
-    from launcher.backends.hf._model import checkpoint_state
-    from launcher.compose import compose
+    from launcher.config.compose import compose
+    from launcher.workers.hf.model import build_model as build_hf
+    from launcher.workers.hf.model import checkpoint_state
 
     cfg = compose(["model=tiny"]).config
     hf = build_hf(cfg.model, pad_id=0, seed=0)
@@ -56,7 +56,7 @@ def _check_mesh(mesh, reference) -> dict:
     """One mesh on this rank: (worst |logit diff|, worst grad cosine, worst names) vs HF."""
     from megatron.core import parallel_state as ps
 
-    from launcher.backends.hf._model import checkpoint_state
+    from launcher.workers.hf.model import checkpoint_state
     from model.megatron import full_logits, pack_lengths, token_logprobs
     from model.megatron.build import build_model, init_parallel
     from model.megatron.mapping import megatron_from_hf
@@ -104,7 +104,7 @@ def _streamed_export(model) -> dict:
     tensors, and they equal the whole model gathered at once and mapped by hf_from_megatron."""
     import torch.distributed as dist
 
-    from launcher.backends._stream import _measured, _to_host, buckets
+    from launcher.workers.stream import _measured, _to_host, buckets
     from model.megatron.mapping import hf_from_megatron
     from model.megatron.shards import gather_full
     from model.megatron.weights import base_tensors, hf_stream
@@ -125,7 +125,7 @@ def _streamed_export(model) -> dict:
 def _adapted_backward(reference, packed, ids_T, shared: bool):
     """The tiny model with routed-expert adapters on this mesh; grads of the packed batch's
     log-likelihood, summed the way DDP does (sum_grads_without_ddp); the HF grads mapped."""
-    from launcher.backends.hf._model import checkpoint_state
+    from launcher.workers.hf.model import checkpoint_state
     from model.megatron import token_logprobs
     from model.megatron.build import build_model
     from model.megatron.init import init_adapters

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.compose import compose
+from launcher.config.compose import compose
 from launcher.plan import MODEL_PARTS, make_plan
 from launcher.search import search
 from launcher.search.enumerate import VARIED, VARIED_CONFIG, candidates

@@ -11,14 +11,14 @@ README = (ROOT / "README.md").read_text()
 
 def test_paths_named_in_readme_exist():
     paths = set(re.findall(r"`((?:launcher|model|recipes|clusters|benchmarks|tests|\.ci)/[\w./-]*)`", README))
-    paths |= {"launcher/schema", "launcher/validate", "launcher/plan", "launcher/orchestrate", "launcher/rl",
-              "launcher/backends", "recipes", "clusters", "benchmarks", ".pre-commit-hooks.yaml", ".ci/run"}
+    paths |= {"launcher/config/schema", "launcher/validate", "launcher/plan", "launcher/driver", "launcher/rl",
+              "launcher/workers", "recipes", "clusters", "benchmarks", ".pre-commit-hooks.yaml", ".ci/run"}
     missing = [p for p in sorted(paths) if not (ROOT / p).exists()]
     assert missing == []
 
 
 def test_readme_commands_parse_and_name_real_configs():
-    from launcher._config_files import available
+    from launcher.config.files import available
 
     lines = [ln.strip() for ln in README.splitlines() if ln.strip().startswith("python -m launcher")]
     assert len(lines) >= 8

@@ -3,10 +3,10 @@ and no Ray started (a resubmitted sweep skips its finished points instead of red
 import json
 import sys
 
-from launcher.compose import compose
-from launcher.orchestrate.launch import launch
+from launcher.config.compose import compose
+from launcher.driver.checkpoint import DONE_MARK, DriverState
+from launcher.driver.launch import launch
 from launcher.plan import make_plan
-from launcher.rl.checkpoint import DONE_MARK, DriverState
 
 
 def _finished_checkpoint(run_dir, step: int):

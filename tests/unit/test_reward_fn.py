@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from launcher.compose import compose
+from launcher.config.compose import compose
 from launcher.rl.reward_fn import (
     LOGGED_ERRORS,
     RewardFnError,
@@ -82,10 +82,10 @@ def test_custom_reward_through_score_group(rewards_module):
     with verl's arguments; a dict's score is the reward and its acc the accuracy."""
     import torch
 
-    from launcher.backends.protocols import Generation
+    from launcher.contract.protocols import Generation
+    from launcher.driver.rollout import score_group
+    from launcher.driver.runtime import generation_summary
     from launcher.rl.algorithm import make_algorithm
-    from launcher.rl.rollout import score_group
-    from launcher.rl.runtime import generation_summary
     from launcher.rl.tokenizer import CharTokenizer
 
     cfg = compose(["recipe=tiny_grpo", "data.reward_fn=user_rewards:verl_style"]).config
@@ -108,10 +108,10 @@ def test_custom_reward_through_score_group(rewards_module):
 
 
 def test_custom_reward_errors_are_counted_in_step_metrics(rewards_module):
-    from launcher.backends.protocols import Generation
+    from launcher.contract.protocols import Generation
+    from launcher.driver.rollout import score_group
+    from launcher.driver.runtime import generation_summary
     from launcher.rl.algorithm import make_algorithm
-    from launcher.rl.rollout import score_group
-    from launcher.rl.runtime import generation_summary
     from launcher.rl.tokenizer import CharTokenizer
 
     cfg = compose(["recipe=tiny_grpo", "data.reward_fn=user_rewards:flaky"]).config

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from launcher.compose import compose
+from launcher.config.compose import compose
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.dapo import has_signal, overlong_penalty_B
 
@@ -42,9 +42,9 @@ def test_grpo_keeps_every_group_and_leaves_rewards_alone():
 def test_step_metrics_count_truncated_and_penalised_responses():
     """What the DAPO recipe's curves show: responses cut without EOS (truncated_frac) and
     those the overlong penalty shaped (overlong_penalized_frac, overlong_penalty_mean)."""
-    from launcher.backends.protocols import Generation
-    from launcher.rl.rollout import score_group
-    from launcher.rl.runtime import generation_summary
+    from launcher.contract.protocols import Generation
+    from launcher.driver.rollout import score_group
+    from launcher.driver.runtime import generation_summary
     from launcher.rl.tasks import TASKS, Problem
     from launcher.rl.tokenizer import CharTokenizer
 

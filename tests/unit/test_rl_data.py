@@ -5,12 +5,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from launcher._registry import Registry, UnknownNameError
-from launcher.backends import engine_class, trainer_class
-from launcher.compose import compose
-from launcher.rl.checkpoint import Checkpointer, DriverState, ResumeError, resolve_resume
-from launcher.rl.data import PromptStream
+from launcher.config.compose import compose
+from launcher.driver.checkpoint import Checkpointer, DriverState, ResumeError, resolve_resume
+from launcher.driver.data import PromptStream
+from launcher.registry import Registry, UnknownNameError
 from launcher.rl.tokenizer import EOS_ID, UNK_TEXT, CharTokenizer
+from launcher.workers import engine_class, trainer_class
 
 
 def test_char_tokenizer_round_trip_and_visible_unknowns():

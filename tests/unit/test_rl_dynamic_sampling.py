@@ -3,14 +3,14 @@ dropped and regenerated from new prompts, at most max_regenerations extra rounds
 import pytest
 import torch
 
-from launcher.backends import engine_class
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.driver.data import PromptStream
+from launcher.driver.loop_sync import fill_groups
+from launcher.driver.rollout import make_chunks, sampling_params, score_group, split_generation
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.dapo import has_signal
-from launcher.rl.data import PromptStream
-from launcher.rl.loop_sync import fill_groups
-from launcher.rl.rollout import make_chunks, sampling_params, score_group, split_generation
 from launcher.rl.tokenizer import CharTokenizer
+from launcher.workers import engine_class
 
 SAMPLES = 4
 

@@ -1,6 +1,6 @@
 """The schema documents itself: every key has a docstring, `--help keys` prints them all."""
 from launcher.cli.help import help_text
-from launcher.schema._docs import key_reference
+from launcher.config.schema.docs import key_reference
 
 SECTIONS = {"run", "model", "cluster", "placement", "trainer", "inference", "data", "algorithm", "logging",
             "checkpoint", "env"}

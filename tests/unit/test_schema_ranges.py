@@ -1,6 +1,6 @@
 """Issue 21: every numeric field driven with 0, -1, a huge value and (ints) a float.
 
-Never a traceback: a value outside a field's declared range (launcher/schema/_ranges.py) is a
+Never a traceback: a value outside a field's declared range (launcher/config/schema/ranges.py) is a
 finding naming the key (CFG007 at composition, or the rule named in `checked_by`); an in-range
 value composes, plans and validates without raising.
 """
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from launcher._compose_errors import translate
-from launcher.cli.commands import check_point
-from launcher.compose import compose
+from launcher.config.compose import compose
+from launcher.config.compose_errors import translate
+from launcher.config.schema import LauncherConfig
+from launcher.config.schema.keys import _unwrap_optional, schema_fields
+from launcher.config.schema.ranges import RANGES, range_findings
 from launcher.errors import ConfigError
-from launcher.schema import LauncherConfig
-from launcher.schema._keys import _unwrap_optional, schema_fields
-from launcher.schema._ranges import RANGES, range_findings
+from launcher.validate import plan_and_check
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMERIC = {k: _unwrap_optional(t)[0] for k, t in schema_fields().items() if _unwrap_optional(t)[0] in (int, float)}
@@ -57,7 +57,7 @@ def test_numeric_field_bad_values_are_findings_never_tracebacks(base, key):
         if at_compose:
             assert repr(value) in at_compose[0].message and rng.describe() in at_compose[0].message
             continue
-        findings, _ = check_point(composed)  # must not raise
+        findings, _ = plan_and_check(composed)  # must not raise
         if rng is not None and not rng.contains(value):
             assert rng.checked_by, f"{key}={value!r} is outside {rng.describe()} but nothing reported it"
             assert any(f.id == rng.checked_by and f.key == key for f in findings), (key, value, findings)

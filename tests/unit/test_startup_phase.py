@@ -7,10 +7,10 @@ applied (vLLM's engine arguments, the host-memory model, plan.json and the print
 """
 import pytest
 
-from launcher.backends.vllm._args import engine_kwargs
-from launcher.plan._memory_inference import ENGINE_ASLEEP_GIB
+from launcher.plan.memory_inference import ENGINE_ASLEEP_GIB
 from launcher.plan.render import plan_tables
 from launcher.plan.sync import transfer_buffer_bytes
+from launcher.workers.vllm.args import engine_kwargs
 
 GIB = 2**30
 DAPO_ASYNC_ADAPTER = ("recipe=dapo_async", "trainer.lora.merge=false", "inference.lora_targets=[experts,q_proj]")

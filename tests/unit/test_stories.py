@@ -5,9 +5,9 @@ reject the broken form before Ray starts, with the values in the message, and ac
 """
 import pytest
 
-from launcher.cli.commands import check_point
-from launcher.compose import compose
+from launcher.config.compose import compose
 from launcher.plan.replan import replan_keeping
+from launcher.validate import plan_and_check
 
 DAPO_3_NODES = ("recipe=dapo_sync", "cluster=b300x3", "inference.engines=3")
 
@@ -111,7 +111,7 @@ def test_story_09_fla_tilelang_off_on_blackwell(point):
 def test_story_10_replan_three_to_two_nodes(point):
     # the 3-node recipe on the 2 healthy nodes, re-planned keeping 1536 sequences per step
     composed = compose(["recipe=dapo_sync", "cluster=b300x2", "inference.engines=3"])
-    adjusted, findings, plan = replan_keeping(composed, ["sequences_per_step"], check_point)
+    adjusted, findings, plan = replan_keeping(composed, ["sequences_per_step"], plan_and_check)
     assert [f for f in findings if f.severity == "error"] == []
     assert adjusted.config.inference.engines == 2
     assert plan.batch.sequences_per_step == 1536
@@ -139,8 +139,8 @@ def test_story_10_replan_on_three_nodes_sets_three_engines(cli, tmp_path):
 def test_story_10_replan_changes_samples_when_they_cannot_divide(point):
     # 192 prompts x 8 samples = 1536 on 3 nodes: mini 32 x 8 = 256 does not divide dp 12
     composed = compose([*DAPO_3_NODES, "algorithm.samples_per_prompt=8", "algorithm.prompts_per_step=192"])
-    assert "BATCH001" in {f.id for f in check_point(composed)[0]}
-    adjusted, findings, plan = replan_keeping(composed, ["sequences_per_step"], check_point)
+    assert "BATCH001" in {f.id for f in plan_and_check(composed)[0]}
+    adjusted, findings, plan = replan_keeping(composed, ["sequences_per_step"], plan_and_check)
     assert "BATCH001" not in {f.id for f in findings}
     a = adjusted.config.algorithm
     assert plan.batch.sequences_per_step == a.prompts_per_step * a.samples_per_prompt == 1536

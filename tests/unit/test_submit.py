@@ -5,13 +5,13 @@ import json
 import pytest
 
 from launcher.__main__ import main
-from launcher._paths import PROJECT_ROOT
 from launcher.cli.jobs import job_rows
 from launcher.cli.submit import dashboard_url, job_overrides
-from launcher.compose import compose
-from launcher.orchestrate.cluster import shipped_code
-from launcher.rundir import RunDirLock
-from launcher.schema.cluster import ClusterConfig
+from launcher.config.compose import compose
+from launcher.config.schema.cluster import ClusterConfig
+from launcher.driver.cluster import shipped_code
+from launcher.driver.rundir import RunDirLock
+from launcher.paths import PROJECT_ROOT
 
 
 @pytest.mark.parametrize("ray_address, dashboard, url", [

@@ -1,13 +1,13 @@
 """A sweep composes each set of group choices once with Hydra and applies the rest as value overrides
-(launcher/compose_points.py): every point's config, findings and plan equal a full compose of it."""
+(launcher/config/compose_points.py): every point's config, findings and plan equal a full compose of it."""
 import pytest
 from omegaconf import OmegaConf
 
-from launcher.cli.commands import check_point
 from launcher.cli.sweep import evaluate, expand
-from launcher.compose import compose
-from launcher.compose_points import PointComposer
+from launcher.config.compose import compose
+from launcher.config.compose_points import PointComposer
 from launcher.errors import ConfigError
+from launcher.validate import plan_and_check
 from tests.unit.test_checkpoint_config import glm_config, write_checkpoint
 
 SWEEP = ["recipe=dapo_sync,tiny_grpo", "cluster=b300x2,h200x2", "trainer.mesh.tp=2,abc,0"]
@@ -37,7 +37,7 @@ def outcome(compose_point, overrides: list[str]) -> dict:
         composed = compose_point(overrides)
     except ConfigError as err:
         return {"compose_findings": err.findings}
-    findings, plan = check_point(composed)
+    findings, plan = plan_and_check(composed)
     return {"config": OmegaConf.to_container(composed.cfg, resolve=True), "struct": OmegaConf.is_struct(composed.cfg),
             "typed": composed.config, "choices": composed.choices, "findings": findings,
             "plan": plan.to_dict() if plan.mesh_ok else None}

@@ -10,9 +10,9 @@ import shutil
 
 import torch
 
-from launcher.backends import engine_class, trainer_class
-from launcher.compose import compose
-from launcher.rl.weight_sync import engines_hold_base, sync_weights
+from launcher.config.compose import compose
+from launcher.driver.weight_sync import engines_hold_base, sync_weights
+from launcher.workers import engine_class, trainer_class
 
 ADAPTER = ["recipe=tiny_grpo", "trainer.lora.rank=4", "trainer.lora.alpha=8",
            "trainer.lora.targets=[linear_proj,q_proj,linear_fc1]", "trainer.lora.merge=false"]

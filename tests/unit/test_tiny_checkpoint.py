@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from launcher.backends.hf._model import _model_class  # noqa: E402
+from launcher.workers.hf.model import _model_class  # noqa: E402
 from model.tiny_checkpoint import _descriptor  # noqa: E402
 
 CHECKPOINTS = [("tiny_glm_checkpoint", "tiny"), ("tiny_qwen3_checkpoint", "tiny_qwen3")]
@@ -42,8 +42,8 @@ def test_loaded_weights_are_the_hf_backends_random_init_with_the_same_seed(check
     """Saving reverts transformers' fused in-memory layout and loading fuses it again, losslessly."""
     from transformers import AutoTokenizer
 
-    from launcher.backends.hf._model import build_model
-    from launcher.schema.model import ArchConfig, ModelConfig
+    from launcher.config.schema.model import ArchConfig, ModelConfig
+    from launcher.workers.hf.model import build_model
 
     folder, descriptor = checkpoint
     desc = _descriptor(descriptor)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher._config_files import available
+from launcher.config.files import available
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(available("recipe"))
@@ -182,7 +182,7 @@ def test_secret_masked_in_plan_json(cli, tmp_path):
 HEAVY = ("torch", "ray", "vllm", "megatron", "transformers")
 IMPORT_PROBE = f"""
 import contextlib, io, json, sys
-from launcher.compose import compose
+from launcher.config.compose import compose
 from launcher.plan import make_plan
 from launcher.validate import check
 composed = compose(["recipe=dapo_sync", "trainer.mesh.cp=2"])

@@ -1,7 +1,7 @@
 """Rules run once for many candidates only when, run on the base, they read no varied path."""
 import pytest
 
-from launcher.compose import compose
+from launcher.config.compose import compose
 from launcher.errors import Finding
 from launcher.plan import make_plan
 from launcher.validate.registry import Rule

@@ -5,8 +5,8 @@ what `plan` printed, on CPU and on GPU clusters alike.
 """
 import pytest
 
-from launcher.backends.vllm._args import engine_kwargs, ray_executor_env, vllm_lora_rank
-from launcher.backends.vllm._transfer import EngineGroupClient, engine_rank_offset
+from launcher.workers.vllm.args import engine_kwargs, ray_executor_env, vllm_lora_rank
+from launcher.workers.vllm.transfer import EngineGroupClient, engine_rank_offset
 
 
 def _kwargs(point, *overrides, on_cpu=False):
@@ -98,7 +98,7 @@ def test_language_model_only_reaches_the_engine_when_the_config_says_so(point):
 
 
 def test_optional_engine_args_are_dropped_only_where_vllm_lacks_them():
-    from launcher.backends.vllm._args import supported_kwargs
+    from launcher.workers.vllm.args import supported_kwargs
 
     kw = {"model": "/m", "language_model_only": True}
     assert supported_kwargs(kw, ["model", "language_model_only"]) == (kw, [])

@@ -3,7 +3,7 @@ weights) are reset so the next forward rebuilds them from the new weights; other
 a vLLM without them are untouched."""
 import torch
 
-from launcher.backends.vllm._worker import clear_derived_caches
+from launcher.workers.vllm.worker import clear_derived_caches
 
 
 class _Kda(torch.nn.Module):

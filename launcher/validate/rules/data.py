@@ -4,8 +4,8 @@ schema or the first JSON rows), and a checkpoint meant to chat has a chat templa
 import json
 from pathlib import Path
 
-from launcher import data_columns
-from launcher._paths import resolve_data_path
+from launcher.config import data_columns
+from launcher.paths import resolve_data_path
 from launcher.validate.registry import error, rule, warning
 
 FORMATS = (".jsonl", ".json", ".parquet")

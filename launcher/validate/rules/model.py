@@ -3,8 +3,7 @@ import functools
 import json
 from pathlib import Path
 
-from launcher._paths import resolve_data_path
-from launcher.checkpoint_config import (
+from launcher.config.checkpoint_config import (
     CONFIG_FILE,
     INDEX_FILE,
     CheckpointFileError,
@@ -13,7 +12,8 @@ from launcher.checkpoint_config import (
     trainer_builds,
     weight_problems,
 )
-from launcher.plan._arch import DSA, KDA
+from launcher.paths import resolve_data_path
+from launcher.plan.arch import DSA, KDA
 from launcher.validate.registry import error, rule
 
 TOKENIZER_FILE = "tokenizer.json"

@@ -129,7 +129,7 @@ def recompute_not_applied(cfg, plan):
         if r.granularity.value != "none":
             yield warning("RECOMP008", "trainer.recompute.granularity",
                           f"trainer.recompute.granularity={r.granularity.value} with trainer.backend=hf",
-                          "The hf trainer (launcher/backends/hf) recomputes no activations, yet the planner's "
+                          "The hf trainer (launcher/workers/hf) recomputes no activations, yet the planner's "
                           "activation memory counts the recompute's savings.",
                           "Set trainer.recompute.granularity=none, or trainer.backend=megatron.")
         return

@@ -1,0 +1,3 @@
+"""What the benchmarks share: process groups, models built on the GPU, engine processes.
+
+GPU tests (tests/gpu) use it too; nothing here imports from tests/."""

@@ -1,0 +1,61 @@
+"""`algorithm:` section: GRPO/DAPO, the batch chain and sampling."""
+from dataclasses import dataclass, field
+from typing import Optional
+
+from launcher.config.schema.choices import AlgorithmName, LossAgg
+
+
+@dataclass
+class DynamicSamplingConfig:
+    enabled: bool = False
+    """DAPO: drop groups whose samples all got the same reward (zero advantage) and refill."""
+    max_regenerations: int = 3
+    """Extra generation rounds per step to refill dropped groups before training on fewer."""
+
+
+@dataclass
+class OverlongConfig:
+    buffer_len: int = 0
+    """DAPO soft overlong penalty: responses longer than max_response_len - buffer_len are
+    penalised linearly; 0 = off. Must be < max_response_len."""
+    penalty: float = 1.0
+    """Penalty at max_response_len (reward minus up to this)."""
+    expected_response_len: Optional[int] = None
+    """Mean response length you observe (tokens); null = 0.6 x max_response_len. The validator
+    warns when the penalty starts below it, i.e. when most responses would be penalised."""
+
+
+@dataclass
+class AlgorithmConfig:
+    name: AlgorithmName = AlgorithmName.grpo
+    """grpo (symmetric clip, sequence-mean loss) or dapo (clip-higher, token-mean, dynamic sampling)."""
+    prompts_per_step: int = 8
+    """Prompts per RL step; divisible by mini_batch_prompts."""
+    mini_batch_prompts: int = 8
+    """Prompts per optimizer step; (mini_batch_prompts x samples_per_prompt) % trainer dp == 0."""
+    samples_per_prompt: int = 4
+    """Responses per prompt (the GRPO group); >= 2."""
+    max_response_len: int = 64
+    """Generated tokens per response at most."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in (0, 1]."""
+    clip_low: float = 0.2
+    """PPO ratio clip below 1 (ratio >= 1 - clip_low)."""
+    clip_high: float = 0.2
+    """PPO ratio clip above 1; DAPO raises it (clip-higher, e.g. 0.28); >= clip_low."""
+    dual_clip: Optional[float] = None
+    """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens; null = off."""
+    loss_agg: LossAgg = LossAgg.seq_mean_token_mean
+    """Loss aggregation (DAPO: token_mean)."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to the reference policy; 0 = no reference model."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight."""
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    """DAPO dynamic sampling."""
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    """DAPO overlong soft penalty."""
+    max_staleness: int = 0
+    """Async: samples older than this many policy versions are never trained on; >= 1 for async."""

@@ -1,0 +1,62 @@
+"""`cluster:` section: the hardware a run is planned for (values live in clusters/*.yaml)."""
+from dataclasses import dataclass, field
+from typing import Optional
+
+from launcher.config.schema.choices import GpuArch
+
+
+@dataclass
+class GpuConfig:
+    name: str = "cpu"
+    """Marketing name (B300, H200, ...); informational, rules key on `arch` and numbers."""
+    memory_gib: float = 8.0
+    """Usable device memory per GPU in GiB (2^30 B). Bounds every per-GPU memory rule."""
+    bf16_tflops: float = 1.0
+    """Peak dense bf16 TFLOP/s per GPU; the cost model applies an efficiency to it."""
+    hbm_tbps: float = 0.05
+    """Device memory bandwidth in TB/s; sets the decode-step time in the generation estimate."""
+    arch: GpuArch = GpuArch.cpu
+    """Generation: blackwell adds FLA_TILELANG=0, hopper/blackwell with TP/CP > 1 add
+    CUDA_DEVICE_MAX_CONNECTIONS=1 to every worker's environment."""
+
+
+@dataclass
+class LinksConfig:
+    intra_node_gbps: float = 100.0
+    """Per-GPU bandwidth to a GPU of the same node, Gbit/s per direction (NVLink). Used for
+    colocated weight sync and TP/EP traffic inside a node."""
+    inter_node_gbps: float = 25.0
+    """Per-GPU network bandwidth between nodes, Gbit/s per direction (one NIC per GPU). Used
+    for async weight sync and cross-node EP/DP traffic."""
+
+
+@dataclass
+class ClusterConfig:
+    name: str = "local"
+    """Cluster descriptor name (the clusters/*.yaml it came from)."""
+    nodes: int = 1
+    """Number of nodes, >= 1. placement.trainer_nodes + inference_nodes must fit in it."""
+    gpus_per_node: int = 2
+    """GPUs per node, >= 1. On a machine without GPUs these are logical GPUs for Ray."""
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    """The GPU every node carries (clusters are homogeneous)."""
+    host_memory_gib: float = 24.0
+    """Host RAM per node in GiB; must hold sleeping engines' weights (sleep_level 1) and
+    CPU-offloaded optimizer state."""
+    links: LinksConfig = field(default_factory=LinksConfig)
+    """Interconnect bandwidths for the cost model and weight-sync estimates."""
+    ray_address: Optional[str] = None
+    """Address of a running Ray cluster (`host:6379`, `ray://host:10001` or `auto`); null starts an
+    embedded local Ray with the cluster's nodes and GPUs as logical resources. Required by `submit`."""
+    dashboard_address: Optional[str] = None
+    """The Ray dashboard's HTTP address that `submit` sends Ray jobs to (`http://host:8265`; `jobs` asks
+    the one each job went to); null = the host of ray_address on Ray's default dashboard port 8265
+    (127.0.0.1 for `auto`).
+    With token auth (RAY_AUTH_MODE=token) Ray's client sends the token from RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token."""
+    ship_code: bool = True
+    """On a Ray cluster (ray_address set, and for `submit`'s jobs), upload this repository (code,
+    recipes, data/) to every node as Ray's runtime_env working_dir, without runs/, .venv*, .git, .whl,
+    .pkgs, weight files (*.safetensors, *.pt, *.bin) and what .gitignore lists; Ray caches it per content
+    and refuses a package over its gRPC message size (512 MiB). false: every node has the project
+    installed at the same version and the same paths."""

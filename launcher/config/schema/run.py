@@ -1,0 +1,42 @@
+"""`run:` section: identity, length, resumption and held-out evaluation of one training run."""
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    """Run name; the run directory is `<output_dir>/<name>`. Sweeps append the point's overrides."""
+    seed: int = 0
+    """Seed for data order, sampling and init (Python, NumPy, torch); same seed + resume = same metrics."""
+    steps: int = 10
+    """Number of policy updates (RL steps), >= 1. Interacts with checkpoint.every_steps."""
+    output_dir: str = "runs"
+    """Parent folder of run directories (relative to the current directory or absolute). On a Ray
+    cluster (cluster.ray_address set) trainers write checkpoints and the driver metrics here, so it must
+    be an absolute path on storage every node sees (NFS, Lustre, ...): RUN003 warns when it is relative
+    or node-local (/tmp, /dev/shm, ...); `submit` passes it to the job as an absolute path."""
+    resume: str = "auto"
+    """`auto`: continue from the newest checkpoint in the run directory if there is one;
+    `never`: start fresh (refuses a run directory that already holds checkpoints);
+    any other value: path of a checkpoint directory to continue from."""
+    eval_every_steps: int = 0
+    """Score the held-out set (launcher/driver/evaluate.py) after every this many steps and after the
+    last step; 0 = never, >= 0. The set is data.val_path, or for synthetic tasks without one
+    run.eval_problems generated problems from a disjoint index range. Sync loop: between steps, with
+    the weights just synced; async loop: the version pushed after the step (see evaluate.py)."""
+    eval_before_train: bool = False
+    """Also score the initial weights (step 0) before the first step; works with eval_every_steps=0."""
+    eval_samples: int = 4
+    """k of mean@k: responses per held-out problem sampled at algorithm.temperature/top_p besides the
+    greedy one (temperature 0); 0 = greedy only. Separate from algorithm.samples_per_prompt so the
+    cost of an evaluation does not grow with the GRPO group size."""
+    eval_problems: Optional[int] = None
+    """Held-out problems per evaluation, >= 1: the first N of data.val_path (file order); null = all
+    of it, or 128 generated problems for a synthetic task without data.val_path."""
+    hang_timeout_s: Optional[float] = None
+    """Seconds the driver waits for an actor's call (generate, train_step, a weight-sync step, ...)
+    before the run fails as hung (exit 3, naming the actor, the call and the time), > 0; null =
+    derived per call from the plan: 3 x its phase's estimate, at least 120 s
+    (launcher/driver/deadlines.py). An actor's first call of a method (start-up, the first
+    step's compilation) keeps its larger derived allowance (at least 600 s) when that is longer."""

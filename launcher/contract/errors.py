@@ -1,0 +1,16 @@
+"""Errors a worker raises and the driver tells apart: which checkpoint failures a fallback to
+an older checkpoint can cure (damage) and which it cannot (another run's checkpoint)."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (no space, a failed write) or read."""
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A file of a checkpoint is missing, cut short or unreadable; the message names it."""
+
+
+class CheckpointMismatchError(ValueError):
+    """A trainer's checkpoint is sound but belongs to another run (other base model, LoRA
+    settings, kind or architecture): falling back to an older checkpoint of the same run
+    cannot help, so restore() never does. Raised by the trainer backends."""

@@ -1,0 +1,152 @@
+"""`python -m launcher export CHECKPOINT_DIR OUT_DIR [--adapter] [overrides]`.
+
+The run's own trainer group loads the checkpoint on the run's mesh (or the mesh the
+overrides give, where the checkpoint format reshards) and streams its weights out exactly
+as a weight sync does: every tensor gathered across the mesh when reached, under the
+checkpoint's on-disk names, LoRA merged in; rank 0's buckets go to a ShardWriter. So no
+process ever holds the whole model. With --adapter the LoRA adapter alone is written as
+a PEFT folder instead.
+
+The folder is written as `.OUT_DIR.partial` and renamed when complete: a failure leaves
+nothing that looks like an export.
+"""
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+from launcher.plan.sync import BUCKET_BYTES
+
+RUN_FILES = "overrides.yaml"
+
+
+class ExportError(RuntimeError):
+    """The export cannot run (no such checkpoint, no run config, output in the way)."""
+
+
+def run_overrides(checkpoint: Path) -> list[str]:
+    """The overrides the run was started with, from the run directory above the checkpoint."""
+    for folder in [checkpoint, *checkpoint.parents][:4]:
+        if (folder / RUN_FILES).is_file():
+            return list(yaml.safe_load((folder / RUN_FILES).read_text())["overrides"])
+    raise ExportError(f"{checkpoint}: no {RUN_FILES} in it or the 3 folders above it (the run directory "
+                      "`python -m launcher` wrote); use a checkpoint inside its run directory")
+
+
+def _check_paths(checkpoint: Path, out: Path) -> None:
+    if not (checkpoint / "COMPLETE").is_file() or not (checkpoint / "trainer").is_dir():
+        raise ExportError(f"{checkpoint} is not a complete training checkpoint (a step_N folder with COMPLETE "
+                          "and trainer/ in it)")
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} exists and is not empty; give a new folder")
+
+
+def _stream_into(trainers, writer) -> int:
+    """Pull the trainers' weight stream bucket by bucket into `writer`; returns tensors written."""
+    import ray
+
+    ray.get(trainers.begin_export(0, False, BUCKET_BYTES))
+    written = 0
+    while True:
+        info, ref = trainers.next_bucket()
+        if info is None:
+            return written
+        for name, tensor in ray.get(ref).tensors:
+            writer.add(name, tensor)
+            written += 1
+        del ref
+        if info.last:
+            return written
+
+
+class _AdapterTensors(dict):
+    """The adapter is a few hundred MB at most: collected whole, written as one file."""
+
+    def add(self, name: str, tensor) -> None:
+        self[name] = tensor.detach().to("cpu").contiguous()
+
+
+def _write_adapter(cfg, trainers, folder: Path) -> int:
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    from launcher.workers.hf.lora import lora_kwargs
+
+    tensors = _AdapterTensors()
+    count = _stream_into(trainers, tensors)
+    save_file(dict(tensors), str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    LoraConfig(**lora_kwargs(cfg.trainer.lora), base_model_name_or_path=cfg.model.hf_path).save_pretrained(folder)
+    return count
+
+
+def _write_model(cfg, trainers, folder: Path) -> int:
+    from launcher.driver.export_writer import ShardWriter, copy_base_files, copy_other_tensors
+
+    writer = ShardWriter(folder)
+    count = _stream_into(trainers, writer)
+    if cfg.model.hf_path:
+        copy_base_files(Path(cfg.model.hf_path), folder)
+        count += copy_other_tensors(Path(cfg.model.hf_path), writer)
+    else:
+        _write_random_init_config(cfg, folder)
+    writer.close()
+    return count
+
+
+def _write_random_init_config(cfg, folder: Path) -> None:
+    """A run without a base checkpoint: config.json from model.arch, and the files of
+    model.tokenizer_path when it has one (the character tokenizer has no files), so the
+    folder loads with AutoTokenizer and generates with the run's eos ids."""
+    from launcher.driver.export_writer import copy_base_files
+    from launcher.rl.tokenizer import make_tokenizer, tokenizer_folder
+    from launcher.workers.hf.model import hf_config
+
+    hf_config(cfg.model.arch, make_tokenizer(cfg.model).pad_id).save_pretrained(folder)
+    found = tokenizer_folder(cfg.model)
+    if found is not None:
+        copy_base_files(found[1], folder)
+
+
+def _export_on_ray(composed, plan, checkpoint: Path, staging: Path, adapter: bool) -> int:
+    from launcher.driver.checkpoint import restore
+    from launcher.driver.cluster import ray_session
+    from launcher.driver.launch import place_groups
+
+    cfg = composed.config
+    with ray_session(cfg, plan.env) as embedded:
+        trainers, _ = place_groups(cfg, plan, embedded, with_engines=False)
+        restore(trainers, None, checkpoint, fallback=False)
+        write = _write_adapter if adapter else _write_model
+        return write(cfg, trainers, staging)
+
+
+def export(checkpoint: str, out: str, adapter: bool, extra: list[str]) -> int:
+    """Exit code: 0 written, 1 the config is refused, 3 the export failed (nothing left behind)."""
+    from launcher.config.compose import compose
+    from launcher.validate import plan_and_check
+    from launcher.validate.report import findings_text
+
+    checkpoint_dir, out_dir = Path(checkpoint).resolve(), Path(out).resolve()
+    _check_paths(checkpoint_dir, out_dir)
+    merge = "false" if adapter else "true"
+    composed = compose(run_overrides(checkpoint_dir) + extra + [f"trainer.lora.merge={merge}"])
+    if adapter and composed.config.trainer.lora.rank <= 0:
+        raise ExportError(f"{checkpoint}: --adapter needs a LoRA run (trainer.lora.rank is 0); export without it")
+    findings, plan = plan_and_check(composed)
+    if any(f.severity == "error" for f in findings):
+        sys.stderr.write(findings_text(findings, "refusing to export: "))
+        return 1
+    staging = out_dir.parent / f".{out_dir.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        count = _export_on_ray(composed, plan, checkpoint_dir, staging, adapter)
+        if out_dir.exists():
+            out_dir.rmdir()
+        staging.rename(out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    what = "PEFT adapter" if adapter else "model (LoRA merged)" if composed.config.trainer.lora.rank else "model"
+    sys.stdout.write(f"exported {what}: {count} tensors from {checkpoint_dir} to {out_dir}\n")
+    return 0

@@ -1,0 +1,169 @@
+"""launch(): Ray session -> placement -> actor groups -> resume -> loop -> teardown.
+
+Exit codes: 0 done, 3 the run failed (an actor died, a backend raised, a checkpoint could
+not be resumed), 130 interrupted (Ctrl-C or SIGTERM). In every case Ray is shut down
+before returning, so no Ray process of the run outlives it.
+"""
+import contextlib
+import json
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from launcher.driver.cluster import gpu_resource, ray_session
+from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
+from launcher.driver.placement import Placement, PlacementError
+from launcher.driver.ray_processes import RayStartInterrupted
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 3, 130
+PLACEMENT_TIMEOUT_S = 120.0
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt in the driver, so the same teardown path runs."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _logged_config(composed, plan) -> dict:
+    """What wandb records: the resolved config (secrets masked) and the plan."""
+    from omegaconf import OmegaConf
+
+    from launcher.secrets import mask_secrets
+
+    return {"config": mask_secrets(OmegaConf.to_container(composed.cfg, resolve=True, enum_to_str=True)),
+            "plan": plan.to_dict()}
+
+
+def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from, scorer):
+    from launcher.driver.checkpoint import DriverState, load_driver_state
+    from launcher.driver.data import PromptStream
+    from launcher.driver.evaluate import make_evaluator
+    from launcher.driver.metrics import StepLogger
+    from launcher.driver.runtime import Runtime
+    from launcher.rl.algorithm import make_algorithm
+    from launcher.rl.tokenizer import make_tokenizer
+
+    config = composed.config
+    state = load_driver_state(resume_from) if resume_from else DriverState()
+    tokenizer = make_tokenizer(config.model)
+    logger = StepLogger(run_dir, config.logging, config.run, state.step, _logged_config(composed, plan))
+    return Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
+                   tokenizer=tokenizer, stream=PromptStream(config.data, config.run.seed, tokenizer),
+                   algorithm=make_algorithm(config.algorithm), logger=logger, checkpointer=ckpt, state=state,
+                   last_checkpoint=resume_from, evaluator=make_evaluator(config, tokenizer), scorer=scorer)
+
+
+def place_groups(config, plan, embedded: bool, with_engines: bool = True):
+    """(trainer group, engine group or None), placed on the plan's slots and started: the
+    run, `export` (trainers only) and `eval` bring them up the same way.
+
+    Colocated, the engines start first and go to sleep (plan.memory.sleep_level) before any
+    trainer rank is created: an awake engine holds its whole gpu_memory_utilization budget,
+    which next to a trainer building its weights, grads and optimizer does not fit a GLM-5.3-Flash
+    GPU (MEM008 checks the start-up the planner models). The first weight sync then wakes the
+    engines' weights. Async groups own disjoint GPUs and start together."""
+    from launcher.workers import engine_class, trainer_class
+
+    where = "the embedded Ray" if embedded else f"the Ray cluster at {config.cluster.ray_address}"
+    placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(embedded), embedded, where)
+    placement.ready(PLACEMENT_TIMEOUT_S)
+
+    colocated = plan.placement.mode == "colocated"
+    engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement) if with_engines \
+        else None
+    if engines is not None and colocated:
+        engines.wait_ready()
+        if plan.memory.sleep_level:
+            engines.call("sleep", plan.memory.sleep_level)
+    trainers = TrainerGroup(trainer_class(config.trainer.backend.value), config, plan, placement)
+    trainers.start()
+    if engines is not None and not colocated:
+        engines.wait_ready()
+    return trainers, engines
+
+
+def _start_groups(config, plan, run_dir: Path, embedded: bool):
+    trainers, engines = place_groups(config, plan, embedded)
+    (run_dir / "actors.json").write_text(json.dumps(trainers.info + engines.info, indent=2))
+    where = "embedded Ray" if embedded else f"Ray at {config.cluster.ray_address}"
+    sys.stdout.write(f"{where}, {plan.placement.mode}: trainer ranks {_slots(trainers.info)} (dp {plan.mesh.dp}), "
+                     f"engines {_slots(engines.info)}; run dir {run_dir}\n")
+    return trainers, engines
+
+
+def _slots(infos: list[dict]) -> str:
+    """`node0/gpu0, node0/gpu1` for the start-up line."""
+    return ", ".join(f"node{i['node']}/gpu{i['gpu']}" for i in infos)
+
+
+def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
+    from launcher.driver.checkpoint import restore
+    from launcher.driver.loops import LOOPS
+    from launcher.rl.reward_fn import make_scorer
+
+    config = composed.config
+    scorer = make_scorer(config.data)  # a data.reward_fn that cannot be imported fails before Ray starts
+    # Again after ray.init: Ray's core worker installs its own SIGTERM handler, which would
+    # end the driver without the teardown below.
+    with ray_session(config, plan.env) as embedded, _sigterm_as_interrupt():
+        trainers, engines = _start_groups(config, plan, run_dir, embedded)
+        if resume_from:  # run.resume=auto: a checkpoint the trainers cannot load gives way to the one before
+            resume_from = restore(trainers, ckpt, resume_from, fallback=config.run.resume == "auto")
+        rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from, scorer)
+        try:
+            if resume_from:
+                sys.stdout.write(f"resumed from {resume_from} (step {rt.state.step})\n")
+            rt.sync_weights(with_base=True, wait=True)
+            LOOPS.get(plan.placement.mode)(rt)
+            rt.finish_checkpoint()
+        finally:
+            curves = rt.logger.close()
+        if curves is not None:
+            sys.stdout.write(f"wrote {curves}\n")
+        return rt.last_checkpoint
+
+
+def _already_complete(config, run_dir: Path, checkpoint: Path) -> str:
+    """A finished run asked to resume: say so instead of starting Ray to train 0 steps (a
+    resubmitted sweep then skips its finished points and exits 0)."""
+    return (f"nothing to do: {run_dir} already completed run.steps={config.run.steps} (checkpoint {checkpoint}); "
+            "raise run.steps to train further, or give a new run.name to start over\n")
+
+
+def launch(composed, plan, run_dir) -> int:
+    from launcher.driver.checkpoint import Checkpointer, CheckpointError, checkpoint_root, load_driver_state, resolve_resume
+    from launcher.rl.reward_fn import RewardFnError
+
+    config, run_dir = composed.config, Path(run_dir)
+    ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,
+                        config.run.steps)
+    with _sigterm_as_interrupt():
+        try:
+            resume_from = resolve_resume(config.run.resume, ckpt)
+            if resume_from is not None and load_driver_state(resume_from).step >= config.run.steps:
+                sys.stdout.write(_already_complete(config, run_dir, resume_from))
+                return EXIT_OK
+            last = _run(composed, plan, run_dir, ckpt, resume_from)
+        except KeyboardInterrupt as err:
+            what = err.args[0] if isinstance(err, RayStartInterrupted) else "interrupted; Ray stopped"
+            sys.stderr.write(f"{what}. Last checkpoint: {ckpt.latest() or 'none'}\n")
+            return EXIT_INTERRUPTED
+        except (ActorDiedError, CheckpointError, PlacementError, RewardFnError) as err:  # expected failures: no traceback
+            sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
+            return EXIT_RUN_FAILED
+        except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown
+            traceback.print_exc()
+            sys.stderr.write(f"run failed (traceback above). Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
+            return EXIT_RUN_FAILED
+    sys.stdout.write(f"done: {config.run.steps} steps in {run_dir}; last checkpoint {last}\n")
+    return EXIT_OK

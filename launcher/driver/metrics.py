@@ -1,0 +1,124 @@
+"""Per-step metrics: one fixed-format console line, metrics.jsonl, and wandb when configured.
+
+`kl` is the k3 KL to the reference model when algorithm.kl_coef > 0; otherwise the k3 KL
+between the policy that generated the samples (engine log-probs) and the one trained on
+them: ~0 in the synchronous loop (a nonzero value there means engine and trainer
+disagree), the drift of stale samples in the async one.
+Timing keys end in `_s`; they are the only values that differ between two runs with the
+same seed (the resume test compares everything else).
+
+Held-out evaluations (launcher/driver/evaluate.py) are rows of their own, `{"step": N, "eval/...":
+...}`, written after step N's training row (step 0: before the first step); a row is a training
+row when it has `reward`, an evaluation row when it has `eval/n`.
+"""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from launcher.driver.plot import EVAL_MARK, write_curves
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def console_line(m: dict) -> str:
+    line = (f"step {m['step']:>4}/{m['steps']} | reward {m['reward']:.3f} acc {m['accuracy']:.2f} | "
+            f"kl {max(m.get('kl', 0.0), 0.0):.4f} ent {m.get('entropy', 0.0):.3f} | len {m['response_len']:.1f} | "
+            f"rollout {m['rollout_s']:.2f}s train {m['train_s']:.2f}s sync {m['sync_s']:.2f}s | "
+            f"{m['tokens_per_s']:.0f} tok/s | eta {_fmt_duration(m['eta_s'])}")
+    if "staleness_max" in m:
+        line += f" | stale {m['staleness_mean']:.1f}/{m['staleness_max']}"
+    return line
+
+
+def eval_line(m: dict) -> str:
+    line = (f"eval {m['step']:>4}/{m['steps']} | greedy acc {m['eval/greedy_acc']:.3f} "
+            f"reward {m['eval/greedy_reward']:.3f}")
+    if "eval/mean_at_k_acc" in m:
+        k = m["eval/k"]
+        line += (f" | mean@{k} acc {m['eval/mean_at_k_acc']:.3f} reward {m['eval/mean_reward']:.3f} "
+                 f"pass@{k} {m['eval/pass_at_k']:.2f}")
+    return line + f" | n {m['eval/n']} | len {m['eval/response_len']:.1f} | {m['eval/time_s']:.2f}s"
+
+
+class StepLogger:
+    def __init__(self, run_dir: Path, logging_cfg, run_cfg, start_step: int, config_dict: dict):
+        self.run_dir, self.total = Path(run_dir), run_cfg.steps
+        self.backends = {getattr(b, "value", b) for b in logging_cfg.backends}
+        self.start_step, self.started = start_step, time.monotonic()
+        self.metrics_file = self.run_dir / METRICS_FILE
+        self._truncate_after(start_step)
+        self.wandb = self._init_wandb(logging_cfg.wandb, run_cfg.name, config_dict) if "wandb" in self.backends else None
+
+    def _truncate_after(self, step: int) -> None:
+        """On resume, forget steps past the checkpoint: they are about to be redone, and so is
+        the checkpoint's own evaluation (evaluate.py: the resumed run evaluates it first;
+        step 0 has no checkpoint, so a fresh start keeps no row).
+
+        A line that does not parse (the last one, cut short when a run was killed while
+        writing it) is dropped with a message rather than failing every later resume. The
+        file is replaced whole, so a crash here cannot tear it either."""
+        if not self.metrics_file.exists():
+            return
+        kept = []
+        for number, line in enumerate(self.metrics_file.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                keep = row["step"] < step or (row["step"] == step and EVAL_MARK not in row)
+            except (ValueError, KeyError, TypeError):
+                sys.stderr.write(f"{self.metrics_file}: dropped line {number}, cut short or damaged "
+                                 f"(a run stopped while writing it?): {line[:80]!r}\n")
+                continue
+            if keep:
+                kept.append(line)
+        scratch = self.metrics_file.with_name(self.metrics_file.name + ".tmp")
+        scratch.write_text("".join(ln + "\n" for ln in kept))
+        os.replace(scratch, self.metrics_file)
+
+    def _init_wandb(self, wandb_cfg, name: str, config_dict: dict):
+        import wandb
+
+        mode = getattr(wandb_cfg.mode, "value", wandb_cfg.mode)
+        if mode == "online" and not os.environ.get("WANDB_API_KEY"):
+            sys.stderr.write("wandb: no WANDB_API_KEY, logging offline (sync later with `wandb sync`)\n")
+            mode = "offline"
+        return wandb.init(project=wandb_cfg.project, entity=wandb_cfg.entity, mode=mode, name=name,
+                          dir=str(self.run_dir), config=config_dict, resume="allow")
+
+    def eta_s(self, step: int) -> float:
+        done = step - self.start_step
+        per_step = (time.monotonic() - self.started) / max(done, 1)
+        return per_step * (self.total - step)
+
+    def log(self, metrics: dict) -> None:
+        metrics = {"steps": self.total, **metrics, "eta_s": self.eta_s(metrics["step"])}
+        self._write(metrics, console_line(metrics))
+
+    def log_eval(self, metrics: dict) -> None:
+        """One evaluation row (evaluate.Evaluator.collect), to the same sinks as the steps."""
+        metrics = {"steps": self.total, **metrics}
+        self._write(metrics, eval_line(metrics))
+
+    def _write(self, metrics: dict, line: str) -> None:
+        if "console" in self.backends:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        if "jsonl" in self.backends:
+            with self.metrics_file.open("a") as f:
+                f.write(json.dumps(metrics) + "\n")
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=metrics["step"])
+
+    def close(self) -> Path | None:
+        if self.wandb is not None:
+            self.wandb.finish()
+            self.wandb = None
+        return write_curves(self.metrics_file, self.run_dir / "curves.png")

@@ -1,0 +1,50 @@
+"""The reward/length curve PNG written into the run directory at the end of a run.
+
+Training rows (those with `reward`) give the sample curves; evaluation rows (those with
+EVAL_MARK, launcher/driver/evaluate.py) add the held-out accuracy to the top panel.
+"""
+import json
+from pathlib import Path
+
+EVAL_MARK = "eval/n"
+"""Present in every evaluation row of metrics.jsonl and in no training row."""
+EVAL_SERIES = (("eval/greedy_acc", "held-out greedy accuracy"), ("eval/mean_at_k_acc", "held-out mean@k accuracy"))
+
+
+def accuracy_panel(rows: list[dict]) -> list[tuple[str, list[int], list[float]]]:
+    """(label, steps, values) of each curve on the top panel: the samples' reward and accuracy
+    per training step, then the held-out accuracies at the evaluated steps."""
+    train = [r for r in rows if "reward" in r]
+    curves = [(key, [r["step"] for r in train], [r[key] for r in train]) for key in ("reward", "accuracy")]
+    for key, label in EVAL_SERIES:
+        evals = [r for r in rows if EVAL_MARK in r and key in r]
+        if evals:
+            curves.append((label, [r["step"] for r in evals], [r[key] for r in evals]))
+    return curves
+
+
+def write_curves(metrics_file: Path, out_file: Path) -> Path | None:
+    if not metrics_file.exists():
+        return None
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [r for r in rows if "reward" in r]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    for label, steps, values in accuracy_panel(rows):
+        held_out = label.startswith("held-out")
+        top.plot(steps, values, label=label, marker="o" if held_out else None, linestyle="--" if held_out else "-")
+    top.set_ylabel("mean over samples / problems")
+    top.legend()
+    bottom.plot([r["step"] for r in train], [r["response_len"] for r in train], color="tab:green")
+    bottom.set_ylabel("response length (tokens)")
+    bottom.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(out_file, dpi=100)
+    plt.close(fig)
+    return out_file

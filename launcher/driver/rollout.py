@@ -1,0 +1,78 @@
+"""From problems to scored groups: request chunks for the engines, rewards, advantages.
+
+A chunk is a run of whole groups; its sampling seed is derived from (run seed, step,
+round, chunk), so which engine serves it, and when, never changes the tokens.
+"""
+from dataclasses import dataclass
+
+import torch
+
+from launcher.contract.protocols import Generation, GenerationRequest, SamplingParams
+from launcher.rl.reward_fn import as_scorer
+from launcher.rl.tasks import Problem
+
+
+@dataclass
+class Group:
+    """All samples of one prompt. Per-sample lists are aligned."""
+
+    problem: Problem
+    prompt_ids: list[int]
+    responses: list[list[int]]
+    logprobs: list[list[float]]
+    policy_version: int
+    task_rewards: list[float]
+    """The task's score of each response (what `reward` and the curves show)."""
+    rewards: list[float]
+    """After the algorithm's shaping (DAPO overlong penalty): what advantages use."""
+    correct: list[bool]
+    reward_errors: int = 0
+    """Responses scored 0 because the reward raised, timed out or returned no finite number."""
+    truncated: int = 0
+    """Responses cut at max_response_len without an EOS id (what DAPO's overlong penalty targets)."""
+
+
+def sampling_params(alg) -> SamplingParams:
+    return SamplingParams(max_tokens=alg.max_response_len, temperature=alg.temperature, top_p=alg.top_p)
+
+
+def chunk_seed(run_seed: int, step: int, round_index: int, chunk_index: int) -> int:
+    return (run_seed * 1_000_003 + step * 10_007 + round_index * 101 + chunk_index) % (2**63)
+
+
+def make_chunks(prompt_ids: list[list[int]], samples: int, groups_per_chunk: int, sampling: SamplingParams,
+                seed_of) -> list[tuple[list[int], GenerationRequest]]:
+    """(group indices, request) per chunk of `groups_per_chunk` consecutive groups."""
+    chunks = []
+    for c, start in enumerate(range(0, len(prompt_ids), groups_per_chunk)):
+        members = list(range(start, min(start + groups_per_chunk, len(prompt_ids))))
+        prompts = [prompt_ids[g] for g in members for _ in range(samples)]
+        chunks.append((members, GenerationRequest(prompts=prompts, seed=seed_of(c), sampling=sampling)))
+    return chunks
+
+
+def groups_per_chunk(sequences_per_engine_cap: int, samples: int, n_groups: int, engines: int) -> int:
+    """Whole groups per chunk: an even share per engine, at most the engine's concurrency."""
+    share = -(-n_groups // max(engines, 1))
+    return max(1, min(share, sequences_per_engine_cap // samples))
+
+
+def score_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: range, scorer, tokenizer,
+                algorithm) -> Group:
+    """`scorer`: the run's reward_fn.RewardScorer (Runtime.scorer); a bare Task is wrapped."""
+    responses = [gen.tokens[r] for r in rows]
+    scorer = as_scorer(scorer)
+    scored = [scorer.score(tokenizer.decode(tokens), problem) for tokens in responses]
+    task_rewards = [s.reward for s in scored]
+    lengths_B = torch.tensor([len(t) for t in responses])
+    shaped_B = algorithm.shape_rewards(torch.tensor(task_rewards, dtype=torch.float32), lengths_B)
+    return Group(problem=problem, prompt_ids=prompt_ids, responses=responses,
+                 logprobs=[gen.logprobs[r] for r in rows], policy_version=gen.policy_version,
+                 task_rewards=task_rewards, rewards=shaped_B.tolist(), correct=[s.correct for s in scored],
+                 reward_errors=sum(s.error is not None for s in scored),
+                 truncated=sum(not gen.finished[r] for r in rows))
+
+
+def split_generation(members: list[int], gen: Generation, samples: int) -> list[tuple[int, range]]:
+    """(group index, rows of `gen`) for each group of a chunk."""
+    return [(g, range(i * samples, (i + 1) * samples)) for i, g in enumerate(members)]

@@ -1,0 +1,109 @@
+"""What a loop works with: the two actor groups, the data, the algorithm, logs, checkpoints."""
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.driver.checkpoint import Checkpointer, DriverState
+from launcher.driver.data import PromptStream
+from launcher.driver.metrics import StepLogger
+from launcher.driver.weight_sync import SyncStats, check_pending, engines_hold_base, sync_weights
+
+
+@dataclass
+class Runtime:
+    config: object
+    plan: object
+    run_dir: Path
+    trainers: object
+    """orchestrate.groups.TrainerGroup (or anything with its methods)."""
+    engines: object
+    """orchestrate.groups.EngineGroup."""
+    tokenizer: object
+    stream: PromptStream
+    algorithm: object
+    logger: StepLogger
+    checkpointer: Checkpointer
+    state: DriverState = field(default_factory=DriverState)
+    last_checkpoint: Path | None = None
+    last_sync: SyncStats | None = None
+    evaluator: object = None
+    """evaluate.Evaluator when run.eval_every_steps / eval_before_train ask for evaluations."""
+    pending_eval: object = None
+    """The evaluation start_eval sent and finish_eval has not collected yet."""
+    checkpoint_stats: dict = field(default_factory=dict)
+    """checkpoint_blocked_s / checkpoint_write_s of the step being logged."""
+    scorer: object = None
+    """reward_fn.RewardScorer of data.task / data.reward_fn; built here when not given, so a
+    data.reward_fn that cannot be imported fails before the first step."""
+
+    def __post_init__(self):
+        if self.scorer is None:
+            from launcher.rl.reward_fn import make_scorer
+
+            self.scorer = make_scorer(self.config.data)
+
+    def sync_weights(self, with_base: bool, wait: bool) -> float:
+        """Stream the trainer's weights (policy version `state.policy_version`) to every
+        engine, bucket by bucket (weight_sync.py); returns the seconds it took.
+
+        wait=False (async): the engines take the update after the chunks already queued on
+        them; this returns once its last bucket is handed over (the export has then read
+        every weight, so the trainer may take its next step).
+
+        with_base is dropped when the engines serve the very checkpoint the trainer adapts
+        (weight_sync.engines_hold_base): the first adapter sync then ships the adapter alone."""
+        started = time.monotonic()
+        if self.last_sync is not None:
+            check_pending(self.engines, self.last_sync.pending)
+        if with_base and engines_hold_base(self.engines, self.config):
+            with_base = False
+        self.last_sync = sync_weights(self.trainers, self.engines, self.state.policy_version, with_base, wait)
+        return time.monotonic() - started
+
+    def maybe_checkpoint(self) -> None:
+        """Finish the previous step's checkpoint (its writes had a step to run), then start
+        this step's if due: the trainers write it in the background (async_write)."""
+        self.checkpoint_stats = self.checkpointer.finish(self.trainers)
+        if self.checkpointer.due(self.state.step):
+            self.checkpoint_stats.update(self.checkpointer.save(self.trainers, self.state, async_write=True))
+        self.last_checkpoint = self.checkpointer.last or self.last_checkpoint
+
+    def finish_checkpoint(self) -> None:
+        """At the end of the loop: the last checkpoint's writes done and it marked complete."""
+        self.checkpointer.finish(self.trainers)
+        self.last_checkpoint = self.checkpointer.last or self.last_checkpoint
+
+    def log_step(self, metrics: dict) -> None:
+        """One step's row, with the checkpoint seconds of this step (blocked, and the
+        previous checkpoint's background write) when there were any."""
+        self.logger.log({**metrics, **self.checkpoint_stats})
+        self.checkpoint_stats = {}
+
+    def start_eval(self) -> None:
+        """Send the evaluation of step `state.step` (the engines' weights, policy version
+        `state.policy_version`) when it is due (launcher/driver/evaluate.py says when and why)."""
+        if self.evaluator is not None and self.evaluator.due(self.state.step):
+            self.pending_eval = self.evaluator.submit(self.engines, self.state.step, self.state.policy_version)
+
+    def finish_eval(self) -> float:
+        """Collect, score and log the evaluation start_eval sent; its seconds (0.0 without one)."""
+        if self.pending_eval is None:
+            return 0.0
+        pending, self.pending_eval = self.pending_eval, None
+        row = self.evaluator.collect(self.engines, pending, self.scorer, self.tokenizer)
+        self.logger.log_eval(row)
+        return row["eval/time_s"]
+
+
+def generation_summary(groups_seen: list, seconds: float) -> dict:
+    """Reward, accuracy and length over every sample generated (dropped groups included)."""
+    rewards = [r for g in groups_seen for r in g.task_rewards]
+    correct = [c for g in groups_seen for c in g.correct]
+    lengths = [len(t) for g in groups_seen for t in g.responses]
+    shaping = [s - r for g in groups_seen for s, r in zip(g.rewards, g.task_rewards, strict=True)]
+    n = max(len(rewards), 1)
+    return {"reward": sum(rewards) / n, "accuracy": sum(correct) / n, "response_len": sum(lengths) / n,
+            "generated_tokens": sum(lengths), "groups_generated": len(groups_seen), "gen_s": seconds,
+            "reward_errors": sum(g.reward_errors for g in groups_seen),
+            "truncated_frac": sum(g.truncated for g in groups_seen) / n,
+            "overlong_penalized_frac": sum(d < 0 for d in shaping) / n, "overlong_penalty_mean": sum(shaping) / n}

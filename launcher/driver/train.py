@@ -1,0 +1,64 @@
+"""One RL step's training phase, shared by both loops: advantages, mini-batches, shards.
+
+Groups are cut into mini-batches of `algorithm.mini_batch_prompts` prompts (one optimizer
+step each); each mini-batch's sequences are dealt round-robin over the data-parallel ranks.
+With more than one mini-batch, the pre-update log-probs of every sequence are computed
+first so that every mini-batch's PPO ratio is taken against the same old policy.
+"""
+import torch
+
+from launcher.contract.protocols import TrainShard
+from launcher.driver.rollout import Group
+
+SUMMED_STATS = ("clip_frac", "ppo_kl", "entropy", "kl_ref", "is_weight", "rollout_kl")
+
+
+def _flatten(groups: list[Group], algorithm, samples: int):
+    rewards_B = torch.tensor([r for g in groups for r in g.rewards], dtype=torch.float32)
+    adv_B = algorithm.advantages(rewards_B, samples)
+    seqs, prompt_lens, rollout = [], [], []
+    for g in groups:
+        for response, logprobs in zip(g.responses, g.logprobs, strict=True):
+            seqs.append(g.prompt_ids + response)
+            prompt_lens.append(len(g.prompt_ids))
+            rollout.append(logprobs)
+    return seqs, prompt_lens, rollout, adv_B.tolist()
+
+
+def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old) -> list[TrainShard]:
+    tokens = sum(len(seqs[r]) - prompt_lens[r] for r in rows)
+    shards = []
+    for d in range(dp):
+        mine = rows[d::dp]
+        shards.append(TrainShard(
+            sequences=[seqs[r] for r in mine], prompt_lens=[prompt_lens[r] for r in mine],
+            advantages=[adv[r] for r in mine], tokens_in_mini_batch=tokens, seqs_in_mini_batch=len(rows),
+            old_logprobs=[old[r] for r in mine] if old is not None else None,
+            rollout_logprobs=[rollout[r] for r in mine],
+        ))
+    return shards
+
+
+def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm) -> dict:
+    """Run every mini-batch of a step through the trainer group; returns step metrics."""
+    samples = alg_cfg.samples_per_prompt
+    seqs, prompt_lens, rollout, adv = _flatten(groups, algorithm, samples)
+    per_mini = alg_cfg.mini_batch_prompts * samples
+    minis = [list(range(s, min(s + per_mini, len(seqs)))) for s in range(0, len(seqs), per_mini)]
+    old = None
+    if len(minis) > 1:
+        everyone = list(range(len(seqs)))
+        old = trainers.logprobs(_shards(everyone, trainers.dp, seqs, prompt_lens, adv, rollout, None), order=everyone)
+    totals: dict[str, float] = {}
+    for rows in minis:
+        per_rank = trainers.train_step(_shards(rows, trainers.dp, seqs, prompt_lens, adv, rollout, old))
+        for stats in per_rank:
+            for key, value in stats.items():
+                if key != "grad_norm":
+                    totals[key] = totals.get(key, 0.0) + value
+        totals["grad_norm"] = per_rank[0]["grad_norm"]
+    tokens = max(totals.get("tokens", 0.0), 1.0)
+    metrics = {key: totals[key] / tokens for key in SUMMED_STATS if key in totals}
+    metrics.update(loss=totals.get("loss", 0.0) / len(minis), grad_norm=totals.get("grad_norm", 0.0),
+                   mini_batches=len(minis), trained_sequences=len(seqs))
+    return metrics

@@ -1,1 +1,0 @@
-"""Training checkpoint -> an HF folder for serving (`python -m launcher export`)."""

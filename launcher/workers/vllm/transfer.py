@@ -1,0 +1,123 @@
+"""GPU weight transfer through vLLM's own weight-transfer engines (GPU only; not run on CPU CI).
+
+Colocated runs use CUDA IPC ("ipc"): a trainer rank and an engine share each GPU, so the
+engine maps the trainer's tensors by handle and copies GPU to GPU, never through the
+host. Async runs use NCCL ("nccl"): trainer rank 0 broadcasts packed, double-buffered
+chunks to every engine worker, so neither side holds a second full copy. Both stream the
+trainer's HF-named tensors (a vLLM `WeightSource`) and load them through vLLM's
+layerwise reload, as the bucketed path in worker.py does.
+
+Engine side: engines start with weight_transfer_config={"backend": ...} (args.py) and
+the engine actor exposes transfer_* methods. Trainer side: `trainer_sender(...)` builds
+vLLM's trainer engine once; call `.send_weights()` after every step on every trainer
+rank (rank 0 drives the engines, the others join the gathers). The trainer backends do
+that through launcher/workers/stream.py (connect_weight_transfer / send_weights),
+which the loop uses whenever the engines report a transfer (weight_transfer()).
+"""
+from launcher.config.schema.root import LauncherConfig
+from launcher.plan.sync import transfer_buffer_bytes
+
+
+def transfer_backend(cfg: LauncherConfig) -> str:
+    return "ipc" if cfg.placement.mode.value == "colocated" else "nccl"
+
+
+class EngineGroupClient:
+    """vLLM's VLLMWeightSyncClient protocol over this backend's engine actors.
+
+    vLLM's RayVLLMWeightSyncClient calls `update_weights` on the actors, a name the
+    InferenceBackend Protocol already gives another meaning, so the actors expose the
+    transfer steps as transfer_* and this client maps onto them.
+    """
+
+    def __init__(self, engines: list):
+        self.engines = engines
+        self.version: int | None = None
+        """Policy version the next finish_weight_update announces (vLLM's senders pass none)."""
+
+    def _all(self, method: str, *args) -> None:
+        import ray
+
+        ray.get([getattr(engine, method).remote(*args) for engine in self.engines])
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self._all("transfer_init", init_info)
+
+    def shutdown_weight_transfer_engine(self) -> None:
+        self._all("transfer_shutdown")
+
+    def start_weight_update(self) -> None:
+        self._all("transfer_start")
+
+    def update_weights(self, update_info: dict) -> None:
+        self._all("transfer_update", update_info)
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        version = weight_version if weight_version is not None else self.version
+        self._all("transfer_finish", None if version is None else str(version))
+
+
+def trainer_sender(cfg: LauncherConfig, engines: list, source, *, rank: int,
+                   master_address: str | None = None, master_port: int | None = None):
+    """vLLM's trainer-side engine for this run's transfer backend, rendezvoused with `engines`.
+
+    `source` is a vLLM WeightSource yielding HF-named full tensors (ModuleSource for an
+    HF model; the Megatron exporter for Megatron). NCCL needs a free port on the node
+    of trainer rank 0; its group is that rank plus every engine worker.
+    """
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+    info = trainer_init_info(cfg, rank=rank, master_address=master_address, master_port=master_port)
+    return WeightTransferTrainerFactory.trainer_init(info, client=EngineGroupClient(engines), source=source)
+
+
+def trainer_init_info(cfg: LauncherConfig, *, rank: int, master_address: str | None = None,
+                      master_port: int | None = None):
+    """vLLM's trainer init info, its packed buffer sized by the plan (plan/sync.py): vLLM's
+    1 GiB default is smaller than GLM's embedding and lm_head, and the producer refuses those.
+    The trainer ships the buffer size to the workers at init, so both sides agree."""
+    buffer_bytes = transfer_buffer_bytes(cfg)
+    if transfer_backend(cfg) == "ipc":
+        from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+
+        return IPCTrainerInitInfo(rank=rank, packed=True, packed_buffer_size_bytes=buffer_bytes)
+    else:
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+        if master_address is None or master_port is None:
+            raise ValueError("NCCL weight transfer needs master_address and master_port of trainer rank 0")
+        world_size = 1 + cfg.inference.engines * cfg.inference.tp
+        return NCCLTrainerInitInfo(master_address=master_address, master_port=master_port,
+                                   world_size=world_size, rank=rank, packed_buffer_size_bytes=buffer_bytes)
+
+
+def stream_source(named):
+    """A vLLM WeightSource over a trainer's HF-named stream: `named()` starts a fresh pass.
+
+    Iteration is the stream itself (one tensor materialised at a time). metadata() makes
+    one pass and keeps names, dtypes and shapes: vLLM's NCCL sender calls it on every
+    trainer rank, so on a model-parallel trainer that pass gathers in lockstep too.
+    """
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    class StreamSource(WeightSource):
+        def __init__(self):
+            self._meta = None
+
+        def metadata(self) -> list:
+            if self._meta is None:
+                self._meta = [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in named()]
+            return self._meta
+
+        def __iter__(self):
+            return iter(named())
+
+    return StreamSource()
+
+
+def engine_rank_offset(init_info: dict, engine_index: int, tp: int) -> dict:
+    """vLLM ranks an engine's workers from `rank_offset` (1: after the trainer sender);
+    separate engine actors are not vLLM data-parallel ranks, so each shifts its own."""
+    if "rank_offset" not in init_info:
+        return init_info
+    return dict(init_info, rank_offset=init_info["rank_offset"] + engine_index * tp)

@@ -1,0 +1,101 @@
+"""The package layers import one way, and no module reaches into another package's privates.
+
+Layers, bottom to top (a module may import its own package and any layer below it):
+the foundation modules directly under launcher/ (errors, registry, paths, secrets), config,
+rl (the maths both sides share), plan, validate, search, contract (what driver and workers
+exchange, which carries the plan), workers, driver, cli, and launcher/__main__.py.
+
+A private module (a name starting with `_`) belongs to the folder it sits in: only modules
+in that folder import it. Tests, benchmarks and scripts are outside every folder of
+launcher/, so they use public modules only, and benchmarks import nothing from tests/.
+"""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ["", "config", "rl", "plan", "validate", "search", "contract", "workers", "driver", "cli", "__main__"]
+"""`""` is the foundation: the leaf modules directly under launcher/."""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import in the file, `from a import b` giving a.b."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] != "launcher" or len(parts) == 1:
+        return ""
+    return "__main__" if parts[1] == "__main__" else (parts[1] if (ROOT / "launcher" / parts[1]).is_dir() else "")
+
+
+def _private_owner(module: str) -> str | None:
+    """The folder (dotted) that owns `module` if some component of it is private, else None."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__") and _exists(parts[: i + 1]):
+            return ".".join(parts[:i])
+    return None
+
+
+def _exists(parts: list[str]) -> bool:
+    base = ROOT.joinpath(*parts)
+    return base.is_dir() or base.with_suffix(".py").is_file()
+
+
+def _python_files(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_layers_import_downward_only():
+    wrong = []
+    for path in _python_files("launcher"):
+        here = _module_name(path)
+        rank = LAYERS.index(_layer(here))
+        for line, target in _imports(path):
+            if target.startswith("launcher.") and _exists(target.split(".")):
+                there = _layer(target)
+                if there != _layer(here) and LAYERS.index(there) > rank:
+                    wrong.append(f"{path.relative_to(ROOT)}:{line} imports {target} ({there!r} is above {_layer(here)!r})")
+    assert not wrong, "imports from a higher layer:\n" + "\n".join(wrong)
+
+
+def test_no_module_imports_another_folders_private_module():
+    wrong = []
+    for path in _python_files("launcher", "tests", "benchmarks", "scripts", "model"):
+        folder = _module_name(path).rpartition(".")[0] if path.name != "__init__.py" else _module_name(path)
+        for line, target in _imports(path):
+            owner = _private_owner(target) if target.split(".")[0] in ("launcher", "model") else None
+            if owner is not None and owner != folder:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not wrong, "private modules used outside their folder:\n" + "\n".join(wrong)
+
+
+def test_benchmarks_do_not_import_tests():
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}" for path in _python_files("benchmarks")
+             for line, target in _imports(path) if target.split(".")[0] == "tests"]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_checks_catch_what_they_guard(tmp_path):
+    """The helpers flag a real upward import and a real private import (so the checks can fail)."""
+    assert LAYERS.index(_layer("launcher.driver.launch")) > LAYERS.index(_layer("launcher.plan"))
+    assert _layer("launcher.errors") == "" and _layer("launcher.workers.hf.engine") == "workers"
+    assert _private_owner("launcher.workers.vllm._model_dir") == "launcher.workers.vllm"
+    assert _private_owner("launcher.workers.hf.engine") is None and _private_owner("launcher.workers.hf._gone") is None
+    probe = tmp_path / "probe.py"
+    probe.write_text("from launcher.workers.hf._lora import x\nimport launcher.driver.launch\n")
+    assert [t for _, t in _imports(probe)] == ["launcher.workers.hf._lora", "launcher.workers.hf._lora.x",
+                                               "launcher.driver.launch"]
