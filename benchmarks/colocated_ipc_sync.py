@@ -21,6 +21,7 @@ from benchmarks.harness.engine_process import EngineProcess, LocalTrainers
 from benchmarks.harness.megatron_setup import init_distributed
 from benchmarks.megatron_throughput import emit, log, lora_overrides
 from launcher.config.compose import compose
+from launcher.contract.spec import ActorSpec
 from launcher.driver.weight_sync import stream_weights
 from launcher.plan import make_plan
 from launcher.plan.sync import CUDA_IPC, HOST, bucketed_seconds
@@ -86,7 +87,7 @@ def main() -> None:
     cfg = compose(overrides(args)).config
     plan = make_plan(cfg)
     engine = EngineProcess(overrides(args))  # builds beside the trainer
-    trainer = MegatronTrainer(cfg, 0, 1)
+    trainer = MegatronTrainer(ActorSpec.planned(cfg, 0, 1))
     trainer.init_distributed("127.0.0.1", 0)
     log("trainer built", {"plan_transport": plan.sync.transport, "plan_gib": plan.sync.gib_per_engine})
     engine.wait_started()

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from benchmarks.harness.megatron_setup import DOMAIN_LORA_TARGETS, init_distributed
 from benchmarks.megatron_throughput import emit, lora_overrides
 from launcher.config.compose import compose
+from launcher.contract.spec import ActorSpec
 from launcher.plan import make_plan
 from launcher.workers.hf.engine import HfEngine
 from launcher.workers.megatron.trainer import MegatronTrainer
@@ -86,12 +87,12 @@ def main() -> None:
     device = init_distributed(device_type=args.device)
     rank, world = dist.get_rank(), dist.get_world_size()
     merged_cfg = compose(overrides(args, world, merge=True)).config
-    trainer = MegatronTrainer(merged_cfg, rank, world)
+    trainer = MegatronTrainer(ActorSpec.planned(merged_cfg, rank, world))
     trainer.init_distributed("127.0.0.1", 0)
     engine = None
     if rank == 0:
         with torch.device(device):
-            engine = HfEngine(merged_cfg, 0)
+            engine = HfEngine(ActorSpec.planned(merged_cfg, 0))
     engines = [engine] if engine is not None else []
     ids_T = torch.randint(0, merged_cfg.model.arch.vocab_size, (512,), device=device,
                           generator=torch.Generator(device=device).manual_seed(5))

@@ -14,6 +14,8 @@ import time
 import torch
 import torch.multiprocessing as mp
 
+from launcher.contract.spec import ActorSpec
+
 STARTED = -1
 """The call id of the engine's start-up answer."""
 ANSWER_TIMEOUT_S = 900.0
@@ -46,7 +48,7 @@ def _serve(overrides: list[str], requests, replies) -> None:
     from launcher.workers.hf.engine import HfEngine
 
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # built in place: a 44 GiB CPU init takes minutes
-        engine = HfEngine(compose(overrides).config, 0)
+        engine = HfEngine(ActorSpec.planned(compose(overrides).config, 0))
     replies.put((STARTED, True, None))
     while (request := requests.get()) is not None:
         call_id, method, args = request

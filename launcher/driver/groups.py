@@ -13,6 +13,7 @@ import time
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from launcher.contract.spec import ActorSpec
 from launcher.driver.cluster import secret_worker_env
 from launcher.driver.deadlines import CallDeadlines
 
@@ -157,7 +158,8 @@ class TrainerGroup(_Group):
         remote_cls, secrets = _remote_with_secrets(cls)
         for rank, gpu_slot in enumerate(plan.placement.trainer_slots):
             slot = placement.slot(gpu_slot)
-            handle = remote_cls.options(**_options(slot, f"trainer-{rank}")).remote(*secrets, config, rank, self.world)
+            spec = ActorSpec(config, plan, rank, self.world)
+            handle = remote_cls.options(**_options(slot, f"trainer-{rank}")).remote(*secrets, spec)
             self._add(handle, f"trainer rank {rank}", slot)
 
     def start(self) -> None:
@@ -238,7 +240,7 @@ class EngineGroup(_Group):
             options = _options(slot, f"engine-{index}")
             if len(gpu_slots) > 1:
                 options.pop("num_gpus", None)  # a multi-GPU engine's own per-GPU workers claim the GPUs
-            handle = remote_cls.options(**options).remote(*secrets, config, index)
+            handle = remote_cls.options(**options).remote(*secrets, ActorSpec(config, plan, index))
             self._add(handle, f"engine {index}", slot)
         self.least_loaded = config.inference.router.policy.value == "least_loaded"
         self.in_flight = [0] * len(self.actors)

@@ -7,6 +7,8 @@ files bit for bit, and the NCCL process groups carry trainer.nccl_timeout_s.
 """
 import pytest
 
+from launcher.contract.spec import ActorSpec
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core", reason="megatron-core not installed")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -31,7 +33,7 @@ def trainer(tmp_path_factory):
     folder = write_tiny_checkpoint(tmp_path_factory.mktemp("glm_bf16"), "tiny", dtype="bfloat16")
     cfg = compose(["recipe=tiny_grpo", "trainer.backend=megatron", "model.dtype=bfloat16", f"model.hf_path={folder}",
                    f"trainer.nccl_timeout_s={TIMEOUT_S}"]).config
-    trainer = MegatronTrainer(cfg, 0, 1)
+    trainer = MegatronTrainer(ActorSpec.planned(cfg, 0, 1))
     trainer.init_distributed("127.0.0.1", _free_port())  # no Ray on the device machine
     return trainer, folder
 

@@ -8,6 +8,8 @@ buffers until the driver confirmed the engine's finish, is back to what it was b
 """
 import pytest
 
+from launcher.contract.spec import ActorSpec
+
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -35,7 +37,7 @@ def _trainer(backend: str):
     if backend == "megatron":
         pytest.importorskip("megatron.core", reason="megatron-core not installed")
     cfg = compose([*OVERRIDES, f"trainer.backend={backend}"]).config
-    trainer = trainer_class(backend)(cfg, 0, 1)
+    trainer = trainer_class(backend)(ActorSpec.planned(cfg, 0, 1))
     if backend == "megatron":
         from benchmarks.harness.megatron_setup import init_distributed
 

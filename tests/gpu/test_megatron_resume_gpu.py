@@ -14,6 +14,8 @@ the weights by about one update (drift/update ~ 1), far above that floor.
 """
 import pytest
 
+from launcher.contract.spec import ActorSpec
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core", reason="megatron-core not installed")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -56,7 +58,7 @@ def _shard():
 def _trainer(cfg):
     from launcher.workers.megatron import MegatronTrainer
 
-    trainer = MegatronTrainer(cfg, 0, 1)
+    trainer = MegatronTrainer(ActorSpec.planned(cfg, 0, 1))
     trainer.init_distributed("127.0.0.1", 0)
     return trainer
 

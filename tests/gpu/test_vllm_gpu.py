@@ -9,6 +9,8 @@ import socket
 
 import pytest
 
+from launcher.contract.spec import ActorSpec
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm", reason="vllm (CUDA build) not installed")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -78,7 +80,7 @@ def test_sleep_frees_the_gpu_and_wake_restores_the_synced_model(level):
 
     cfg = _config("recipe=tiny_qwen3_vllm", f"inference.sleep_level={level}")
     model = _hf_model(cfg)
-    engine = VllmInference(cfg, 0)
+    engine = VllmInference(ActorSpec.planned(cfg, 0))
     _sync(engine, model)
     before = engine.generate(_request(4, seed=5))
     free_awake = torch.cuda.mem_get_info()[0]
@@ -132,7 +134,7 @@ def test_loop_path_trainer_pushes_over_ipc_when_the_engine_reports_it():
     try:
         actor = ray.remote(num_gpus=0.5)(VllmInference).remote(cfg, 0)
         assert ray.get(actor.weight_transfer.remote()) == "ipc"
-        trainer = HfTrainer(cfg, 0, 1)
+        trainer = HfTrainer(ActorSpec.planned(cfg, 0, 1))
         trainer.connect_weight_transfer([actor], None, None)
         for version in (1, 2):
             trainer.send_weights(version)
@@ -177,7 +179,7 @@ def test_glm5_flash_engine_takes_bucketed_merged_weights():
     cfg = _config("recipe=tiny_grpo", "inference.backend=vllm", "inference.engines=1", "inference.sleep_level=1",
                   "inference.max_model_len=256")
     model = _hf_model(cfg)
-    engine = VllmInference(cfg, 0)
+    engine = VllmInference(ActorSpec.planned(cfg, 0))
     _sync(engine, model)
     _assert_matches(engine.generate(_request()), model)
 
@@ -195,7 +197,7 @@ def test_glm5_flash_adapter_sync_with_experts_among_targets():
                   "trainer.lora.targets=[linear_proj,q_proj,v_proj]",
                   "inference.lora_targets=[o_proj,q_proj,v_proj,experts]")
     model = _hf_model(cfg)
-    engine = VllmInference(cfg, 0)
+    engine = VllmInference(ActorSpec.planned(cfg, 0))
     kwargs = lora_kwargs(cfg.trainer.lora)
     peft_model = wrap(model, dict(kwargs, init_lora_weights=False)).eval()
     # What the hf trainer sends on the first adapter sync: the frozen base, then the adapter.

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.contract.spec import ActorSpec
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
@@ -62,7 +64,7 @@ def _loaded_trainer(args: list[str], checkpoint: Path):
     from launcher.workers.rendezvous import free_address
 
     cfg = compose([a for a in args if not a.startswith("run.")]).config
-    trainer = trainer_class(cfg.trainer.backend.value)(cfg, 0, 1)
+    trainer = trainer_class(cfg.trainer.backend.value)(ActorSpec.planned(cfg, 0, 1))
     trainer.init_distributed(*free_address())
     trainer.load_checkpoint(str(checkpoint / "trainer"))
     return trainer

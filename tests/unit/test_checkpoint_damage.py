@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from launcher.config.compose import compose
+from launcher.contract.spec import ActorSpec
 from launcher.driver import checkpoint as ck
 from launcher.driver.checkpoint import (
     Checkpointer,
@@ -47,7 +48,7 @@ class InProcess:
 def hf():
     from launcher.workers import trainer_class
 
-    return InProcess(trainer_class("hf")(compose(CONFIG).config, 0, 1))
+    return InProcess(trainer_class("hf")(ActorSpec.planned(compose(CONFIG).config, 0, 1)))
 
 
 def _saved(root: Path, group, steps=(2, 4)) -> Checkpointer:

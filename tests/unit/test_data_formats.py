@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from launcher.config.compose import compose
+from launcher.contract.spec import ActorSpec
 from launcher.driver.data import DataError, PromptStream, load_problems
 from launcher.rl.prompts import GSM8K_INSTRUCTION
 from launcher.rl.tasks import TASKS
@@ -210,7 +211,7 @@ def test_hf_engine_takes_the_checkpoints_eos_ids(tiny_glm_checkpoint):
     from launcher.workers import engine_class
 
     cfg = compose(["recipe=tiny_grpo", f"model.hf_path={tiny_glm_checkpoint}"]).config
-    assert engine_class("hf")(cfg, 0).eos_ids == (0, 4, 6)
+    assert engine_class("hf")(ActorSpec.planned(cfg, 0)).eos_ids == (0, 4, 6)
 
 
 def test_vllm_requests_stop_on_every_eos_id(tiny_glm_checkpoint, monkeypatch):
@@ -225,7 +226,7 @@ def test_vllm_requests_stop_on_every_eos_id(tiny_glm_checkpoint, monkeypatch):
 
     monkeypatch.setattr(vllm_engine, "VllmEngine", FakeEngine)
     cfg = compose(["recipe=tiny_qwen3_vllm", f"model.hf_path={tiny_glm_checkpoint}"]).config
-    engine = VllmInference(cfg, 0).engine
+    engine = VllmInference(ActorSpec.planned(cfg, 0)).engine
     assert engine.model_dir_eos == 0 and stop_ids(engine.eos_id) == [0, 4, 6]
     assert stop_ids(7) == [7]
     pytest.importorskip("vllm")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from launcher.config.compose import compose
+from launcher.contract.spec import ActorSpec
 from launcher.driver import evaluate
 from launcher.driver.data import PromptStream
 from launcher.rl.reward_fn import make_scorer
@@ -41,8 +42,8 @@ class _LocalEngines:
 def _setup(overrides=(), engines=2):
     cfg = compose([*TINY, *overrides]).config
     tokenizer = make_tokenizer(cfg.model)
-    trainer = trainer_class("hf")(cfg, 0, 1)
-    group = [engine_class("hf")(cfg, i) for i in range(engines)]
+    trainer = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
+    group = [engine_class("hf")(ActorSpec.planned(cfg, i)) for i in range(engines)]
     sync_in_process(trainer, group, 0, with_base=True)
     return cfg, tokenizer, trainer, _LocalEngines(group)
 

@@ -4,6 +4,7 @@ import pytest
 
 from launcher.config.compose import compose
 from launcher.contract.protocols import GenerationRequest, SamplingParams, TrainShard, WeightUpdate
+from launcher.contract.spec import ActorSpec
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.stream import sync_in_process
 
@@ -13,7 +14,7 @@ LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.targets=[li
 
 def _pair(overrides):
     cfg = compose(overrides + ["algorithm.max_response_len=3"]).config
-    trainer, engine = trainer_class("hf")(cfg, 0, 1), engine_class("hf")(cfg, 0)
+    trainer, engine = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1)), engine_class("hf")(ActorSpec.planned(cfg, 0))
     sync_in_process(trainer, [engine], 0, with_base=True)
     return trainer, engine
 
@@ -70,7 +71,7 @@ def test_checkpoint_round_trip_continues_identically(tmp_path):
     trainer.train_step(shard)
     trainer.save_checkpoint(str(tmp_path))
     expected = trainer.train_step(shard)
-    fresh = trainer_class("hf")(compose(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config, 0, 1)
+    fresh = trainer_class("hf")(ActorSpec.planned(compose(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config, 0, 1))
     fresh.load_checkpoint(str(tmp_path))
     assert fresh.train_step(shard) == expected
 
@@ -100,7 +101,7 @@ def test_sleep_level_two_needs_a_weight_update():
 
 def test_hf_engine_refuses_tensor_parallel():
     with pytest.raises(ValueError, match="inference.tp=2"):
-        engine_class("hf")(compose(["inference.tp=2"]).config, 0)
+        engine_class("hf")(ActorSpec.planned(compose(["inference.tp=2"]).config, 0))
 
 
 def test_entropy_bonus_reaches_the_gradient():

@@ -5,6 +5,7 @@ import torch
 
 from launcher.config.compose import compose
 from launcher.contract.protocols import WeightBucket, WeightUpdate
+from launcher.contract.spec import ActorSpec
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.model import checkpoint_state
 from launcher.workers.manifest import SyncManifest
@@ -13,12 +14,12 @@ from launcher.workers.manifest import SyncManifest
 @pytest.fixture(scope="module")
 def pair():
     cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config
-    trainer = trainer_class("hf")(cfg, 0, 1)
+    trainer = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
     return cfg, list(checkpoint_state(trainer.model).items())
 
 
 def _sync(cfg, tensors, version=1):
-    engine = engine_class("hf")(cfg, 0)
+    engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
     engine.begin_weight_update(WeightUpdate(version))
     engine.load_weight_bucket(WeightBucket("weights", tensors, sum(t.numel() * t.element_size() for _, t in tensors)))
     engine.finish_weight_update(version)
@@ -58,7 +59,7 @@ def test_a_wrong_shape_fails_the_update(pair):
 
 def test_a_failed_update_leaves_the_next_one_clean(pair):
     cfg, tensors = pair
-    engine = engine_class("hf")(cfg, 0)
+    engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
     engine.begin_weight_update(WeightUpdate(1))
     engine.load_weight_bucket(WeightBucket("weights", tensors[:2], 0))
     with pytest.raises(ValueError, match="missing"):

@@ -8,6 +8,7 @@ import torch
 
 from launcher.config.compose import compose
 from launcher.contract.protocols import IpcBuffer
+from launcher.contract.spec import ActorSpec
 from launcher.driver.weight_sync import stream_weights
 from launcher.plan.sync import CUDA_IPC, HOST, bucket_transport, bucketed_seconds, transfer_buffer_bytes
 from launcher.workers import trainer_class
@@ -20,7 +21,7 @@ GPU_HF = ["recipe=tiny_grpo", "cluster=h200x1", "inference.backend=hf", "inferen
 def tiny():
     """(config, hf trainer rank) of the default tiny recipe on this CPU."""
     cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config
-    return cfg, trainer_class("hf")(cfg, 0, 1)
+    return cfg, trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
 
 
 @pytest.mark.parametrize("overrides, transport", [

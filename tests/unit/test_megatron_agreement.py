@@ -155,7 +155,7 @@ def fake_world_rejection(world: int, tp: int, pp: int, cp: int, ep: int, etp: in
     raise AssertionError("initialize_model_parallel made no group: the check above no longer sees its end")
 
 
-def transformer_config(cfg, spec, arch_facts):
+def transformer_config(cfg, spec, plan):
     """The project's megatron_config(spec) for this mesh, with the recompute settings megatron would get.
 
     megatron_config reads the mesh from parallel_state; megatron's own world-size setters stand in for
@@ -166,11 +166,10 @@ def transformer_config(cfg, spec, arch_facts):
     from megatron.core import parallel_state as ps
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
-    from launcher.workers.megatron.model import resolved_mesh
     from model.megatron.optim import megatron_config
 
-    m, r, a = cfg.trainer.mesh, cfg.trainer.recompute, cfg.model.arch
-    tp, ep, etp = resolved_mesh(m)
+    m, r, a, arch_facts = cfg.trainer.mesh, cfg.trainer.recompute, cfg.model.arch, plan.arch
+    tp, ep, etp = plan.mesh.tp, plan.mesh.ep, plan.mesh.etp
     setters = (ps.set_tensor_model_parallel_world_size, ps.set_expert_model_parallel_world_size,
                ps.set_expert_tensor_parallel_world_size)
     for setter, size in zip(setters, (tp, ep, etp), strict=True):
@@ -227,15 +226,13 @@ def key_of(message: str) -> str:
 
 def megatron_rejection(cfg, plan, spec) -> tuple[tuple[str, str] | None, object]:
     """(megatron-core's first rejection as (key, message) or None, the project's built config)."""
-    from launcher.workers.megatron.model import resolved_mesh
-
     m = cfg.trainer.mesh
-    tp, ep, etp = resolved_mesh(m)
+    tp, ep, etp = plan.mesh.tp, plan.mesh.ep, plan.mesh.etp
     message = fake_world_rejection(plan.mesh.world, tp, m.pp, m.cp, ep, etp)
     if message is not None:
         return (key_of(message), message), None
     try:
-        config, built = transformer_config(cfg, spec, plan.arch)
+        config, built = transformer_config(cfg, spec, plan)
     except (ValueError, AssertionError) as e:
         return (key_of(str(e)), str(e)), None
     if plan.arch.has_moe:

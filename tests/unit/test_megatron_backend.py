@@ -4,6 +4,7 @@ adapter + base) reproducing the trainer's own log-probs.
 """
 import pytest
 
+from launcher.contract.spec import ActorSpec
 from launcher.workers.stream import sync_in_process
 from tests.unit.megatron_world import init_world_of_one
 
@@ -32,7 +33,7 @@ def _trainer(cfg):
     from launcher.workers.megatron import MegatronTrainer
 
     init_world_of_one()
-    trainer = MegatronTrainer(cfg, 0, 1)
+    trainer = MegatronTrainer(ActorSpec.planned(cfg, 0, 1))
     trainer.init_distributed("127.0.0.1", 0)
     return trainer
 
@@ -59,12 +60,12 @@ def test_logprobs_match_hf_trainer_and_merged_sync_reproduces_them():
 
     cfg = _config()
     trainer = _trainer(cfg)
-    reference = HfTrainer(_config("trainer.backend=hf"), 0, 1)
+    reference = HfTrainer(ActorSpec.planned(_config("trainer.backend=hf"), 0, 1))
     load_hf_state(trainer.model, checkpoint_state(reference.model))
     assert _close(trainer.logprobs(_shard()), reference.logprobs(_shard()))
     stats = trainer.train_step(_shard())
     assert torch.isfinite(torch.tensor(stats["loss"])) and stats["grad_norm"] > 0
-    engine = HfEngine(cfg, 0)
+    engine = HfEngine(ActorSpec.planned(cfg, 0))
     sync_in_process(trainer, [engine], version=1, with_base=False, max_bucket_bytes=64 << 10)
     assert _close(_engine_logprobs(engine, cfg), trainer.logprobs(_shard()))
 
@@ -77,7 +78,7 @@ def test_lora_adapter_sync_reproduces_trainer_logprobs():
     trainer = _trainer(cfg)
     for _ in range(2):
         trainer.train_step(_shard())
-    engine = HfEngine(cfg, 0)
+    engine = HfEngine(ActorSpec.planned(cfg, 0))
     sent = sync_in_process(trainer, [engine], version=2, with_base=True, max_bucket_bytes=64 << 10)
     assert [b.kind for b in sent][0] == "weights" and [b.kind for b in sent][-1] == "adapter"
     assert _close(_engine_logprobs(engine, cfg), trainer.logprobs(_shard()))

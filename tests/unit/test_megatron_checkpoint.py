@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.contract.spec import ActorSpec
 from tests.unit.megatron_world import init_world_of_one, run_on_two_ranks
 
 torch = pytest.importorskip("torch")
@@ -29,7 +30,7 @@ def _trainer(*overrides):
     from tests.unit.test_megatron_backend import _config
 
     init_world_of_one()
-    trainer = MegatronTrainer(_config(*overrides), 0, 1)
+    trainer = MegatronTrainer(ActorSpec.planned(_config(*overrides), 0, 1))
     trainer.init_distributed("127.0.0.1", 0)
     return trainer
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from launcher.config.compose import compose
+from launcher.contract.spec import ActorSpec
 from launcher.driver.data import PromptStream
 from launcher.driver.loop_sync import fill_groups
 from launcher.driver.rollout import make_chunks, sampling_params, score_group, split_generation
@@ -23,7 +24,7 @@ def _setup(max_regenerations: int, *overrides: str):
     cfg = compose(["recipe=tiny_dapo_async", f"algorithm.samples_per_prompt={SAMPLES}",
                    f"algorithm.dynamic_sampling.max_regenerations={max_regenerations}", *overrides]).config
     tok = CharTokenizer(64)
-    return cfg, tok, PromptStream(cfg.data, 0, tok), engine_class("hf")(cfg, 0), make_algorithm(cfg.algorithm)
+    return cfg, tok, PromptStream(cfg.data, 0, tok), engine_class("hf")(ActorSpec.planned(cfg, 0)), make_algorithm(cfg.algorithm)
 
 
 def _rounds(cfg, tok, stream, engine, algorithm, log: list):

@@ -11,6 +11,7 @@ import shutil
 import torch
 
 from launcher.config.compose import compose
+from launcher.contract.spec import ActorSpec
 from launcher.driver.weight_sync import engines_hold_base, sync_weights
 from launcher.workers import engine_class, trainer_class
 
@@ -68,12 +69,12 @@ def _first_sync(cfg, trainer, engine):
 
 def test_first_sync_skips_the_base_the_engines_loaded(tiny_glm_checkpoint):
     cfg = _config(tiny_glm_checkpoint)
-    trainer = trainer_class("hf")(cfg, 0, 1)
+    trainer = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
     with torch.no_grad():  # a nonzero adapter, so serving it shows
         for name, param in trainer.model.named_parameters():
             if "lora_B" in name:
                 param.normal_(std=0.5)
-    skipped, pushed = engine_class("hf")(cfg, 0), engine_class("hf")(cfg, 1)
+    skipped, pushed = engine_class("hf")(ActorSpec.planned(cfg, 0)), engine_class("hf")(ActorSpec.planned(cfg, 1))
     with_base, stats = _first_sync(cfg, trainer, skipped)
     assert not with_base
     full = sync_weights(_InProcess([trainer]), _InProcess([pushed]), 1, True, wait=True, max_bucket_bytes=BOUND)
@@ -87,7 +88,7 @@ def test_first_sync_skips_the_base_the_engines_loaded(tiny_glm_checkpoint):
 
 def test_the_base_is_sent_when_the_engines_lack_it(tiny_glm_checkpoint, tmp_path):
     cfg = _config(tiny_glm_checkpoint)
-    engine = engine_class("hf")(cfg, 0)
+    engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
     assert engines_hold_base(_InProcess([engine]), cfg)
     other = shutil.copytree(tiny_glm_checkpoint, tmp_path / "other")
     index = json.loads((other / "model.safetensors.index.json").read_text())
@@ -95,7 +96,7 @@ def test_the_base_is_sent_when_the_engines_lack_it(tiny_glm_checkpoint, tmp_path
     (other / "model.safetensors.index.json").write_text(json.dumps(index))
     assert not engines_hold_base(_InProcess([engine]), _config(other))  # same path layout, other sha256
     random_init = compose(ADAPTER).config
-    assert not engines_hold_base(_InProcess([engine_class("hf")(random_init, 0)]), random_init)
+    assert not engines_hold_base(_InProcess([engine_class("hf")(ActorSpec.planned(random_init, 0))]), random_init)
     engine.sleep(2)  # dropped its weights
     assert not engines_hold_base(_InProcess([engine]), cfg)
 

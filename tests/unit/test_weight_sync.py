@@ -8,6 +8,7 @@ import torch
 
 from launcher.config.compose import compose
 from launcher.contract.protocols import GenerationRequest, SamplingParams, WeightUpdate
+from launcher.contract.spec import ActorSpec
 from launcher.driver.weight_sync import MAX_BUCKETS_ALIVE, check_pending, stream_weights
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.model import checkpoint_state, language_state
@@ -30,7 +31,7 @@ def test_buckets_are_bounded_ordered_complete_and_of_one_kind():
 
 def _trainer(*overrides, rank=0):
     cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=3", *overrides]).config
-    return cfg, trainer_class("hf")(cfg, rank, 1)
+    return cfg, trainer_class("hf")(ActorSpec.planned(cfg, rank, 1))
 
 
 def _drain(trainer) -> list:
@@ -141,7 +142,7 @@ class _Engines:
 @pytest.mark.parametrize("max_alive", [1, MAX_BUCKETS_ALIVE])
 def test_driver_holds_at_most_max_alive_buckets_and_engines_get_whole_versions(max_alive):
     cfg, trainer = _trainer()
-    engines = [engine_class("hf")(cfg, i) for i in range(2)]
+    engines = [engine_class("hf")(ActorSpec.planned(cfg, i)) for i in range(2)]
     trainers, group = _Trainers(trainer), _Engines(engines)
     stats = stream_weights(trainers, group, 7, with_base=False, wait=True, max_bucket_bytes=BOUND,
                            max_alive=max_alive)
@@ -159,7 +160,7 @@ def test_driver_holds_at_most_max_alive_buckets_and_engines_get_whole_versions(m
 
 def test_async_sync_returns_with_the_tail_queued_and_checks_it_later():
     cfg, trainer = _trainer()
-    trainers, group = _Trainers(trainer), _Engines([engine_class("hf")(cfg, 0)])
+    trainers, group = _Trainers(trainer), _Engines([engine_class("hf")(ActorSpec.planned(cfg, 0))])
     stats = stream_weights(trainers, group, 1, with_base=False, wait=False, max_bucket_bytes=BOUND)
     assert trainers.peak <= MAX_BUCKETS_ALIVE
     assert group.queue  # the last bucket's load and the finish wait behind the engine's chunks
@@ -170,7 +171,7 @@ def test_async_sync_returns_with_the_tail_queued_and_checks_it_later():
 
 def test_engine_refuses_to_generate_in_the_middle_of_an_update():
     cfg, trainer = _trainer()
-    engine = engine_class("hf")(cfg, 0)
+    engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
     request = GenerationRequest([[5, 6, 7]], 1, SamplingParams(max_tokens=2))
     engine.begin_weight_update(WeightUpdate(1))
     with pytest.raises(RuntimeError, match="middle of weight update 1"):
@@ -185,7 +186,7 @@ def test_merged_lora_sync_in_small_buckets_reproduces_the_trainers_model():
         for name, param in trainer.model.named_parameters():
             if "lora_B" in name:
                 param.normal_()
-    engine = engine_class("hf")(cfg, 0)
+    engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
     sent = sync_in_process(trainer, [engine], 1, with_base=False, max_bucket_bytes=BOUND)
     assert len(sent) > 5
     from launcher.workers.hf.lora import merged_state

@@ -18,6 +18,7 @@ import torch
 
 from launcher.contract.base_identity import checkpoint_base
 from launcher.contract.protocols import Generation, GenerationRequest, WeightBucket, WeightUpdate
+from launcher.contract.spec import ActorSpec
 from launcher.rl.tokenizer import make_tokenizer
 from launcher.workers.hf import lora
 from launcher.workers.hf.model import VISION_PREFIX, build_model
@@ -30,7 +31,8 @@ from launcher.workers.registry import ENGINES
 
 @ENGINES.register("hf")
 class HfEngine:
-    def __init__(self, config, engine_index: int):
+    def __init__(self, spec: ActorSpec):
+        config, engine_index = spec.config, spec.rank
         if "OMP_NUM_THREADS" in os.environ:
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         if config.inference.tp != 1:

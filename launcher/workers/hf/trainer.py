@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from launcher.contract.errors import DamagedCheckpointError
 from launcher.contract.protocols import TrainShard, WeightUpdate
+from launcher.contract.spec import ActorSpec
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
 from launcher.workers.batch import micro_batches, ungrid
@@ -38,9 +39,10 @@ def _threads_from_env() -> None:
 
 @TRAINERS.register("hf")
 class HfTrainer(StreamedExport):
-    def __init__(self, config, rank: int, world: int):
+    def __init__(self, spec: ActorSpec):
         _threads_from_env()
-        self.cfg, self.rank, self.world = config, rank, world
+        config = spec.config
+        self.cfg, self.rank, self.world = config, spec.rank, spec.world
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.pad_id = make_tokenizer(config.model).pad_id
         model = build_model(config.model, self.pad_id, config.run.seed)

@@ -13,16 +13,12 @@ from model.megatron.spec import ModelSpec
 from model.megatron.weights import load_checkpoint_folder
 
 
-def resolved_mesh(mesh) -> tuple[int, int, int]:
-    """(tp, ep, etp); etp null means Megatron's default, tp."""
-    return mesh.tp, mesh.ep, mesh.etp if mesh.etp is not None else mesh.tp
-
-
-def build_rank_model(config, device: torch.device, pad_id: int):
-    """This rank's model with weights (checkpoint or HF-rule random init) and LoRA if asked."""
-    if config.trainer.mesh.pp != 1 or config.trainer.mesh.cp != 1:
+def build_rank_model(config, mesh, device: torch.device, pad_id: int):
+    """This rank's model with weights (checkpoint or HF-rule random init) and LoRA if asked.
+    `mesh` is the plan's (etp resolved there)."""
+    if mesh.pp != 1 or mesh.cp != 1:
         raise ValueError("the megatron backend runs pp=1, cp=1 (mHC forbids PP, KDA has no CP path)")
-    init_parallel(*resolved_mesh(config.trainer.mesh))
+    init_parallel(mesh.tp, mesh.ep, mesh.etp)
     spec = ModelSpec.from_arch(config.model.arch, config.model.dtype, pad_id)
     granularity = config.trainer.recompute.granularity.value
     modules = frozenset(config.trainer.recompute.modules) if granularity == "selective" else frozenset()
@@ -39,14 +35,14 @@ def build_rank_model(config, device: torch.device, pad_id: int):
     return model
 
 
-def build_optimizer(model, config, device: torch.device):
+def build_optimizer(model, config, mesh, device: torch.device):
     """(model to call, optimizer, uses_megatron_ddp); on CPU grads are synced by
     optim.sum_grads_without_ddp (Megatron's grad buffers need CUDA)."""
     opt = config.trainer.optimizer
     if device.type == "cuda":
         ddp, optimizer = wrap_for_training(model, opt.lr, opt.weight_decay, opt.grad_clip, opt.cpu_offload)
         return ddp, optimizer, True
-    tp, ep, etp = resolved_mesh(config.trainer.mesh)
+    tp, ep, etp = mesh.tp, mesh.ep, mesh.etp
     if tp * ep * etp > 1:
         raise ValueError(f"trainer.mesh tp={tp} ep={ep} etp={etp} on CPU: the CPU path clips by the local grad norm, "
                          "so it runs data parallel only (tp=ep=etp=1); model parallelism needs GPUs")

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from launcher.contract.protocols import TrainShard, WeightUpdate
+from launcher.contract.spec import ActorSpec
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
 from launcher.workers.batch import ungrid
@@ -39,8 +40,9 @@ from model.megatron.weights import hf_stream
 
 @TRAINERS.register("megatron")
 class MegatronTrainer(StreamedExport):
-    def __init__(self, config, rank: int, world: int):
-        self.cfg, self.rank, self.world = config, rank, world
+    def __init__(self, spec: ActorSpec):
+        config = spec.config
+        self.cfg, self.rank, self.world, self.mesh = config, spec.rank, spec.world, spec.plan.mesh
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self.pad_id = make_tokenizer(config.model).pad_id
         self.algorithm = make_algorithm(config.algorithm)
@@ -66,12 +68,13 @@ class MegatronTrainer(StreamedExport):
             dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
                                     world_size=self.world,
                                     timeout=datetime.timedelta(seconds=self.cfg.trainer.nccl_timeout_s))
-        self.model = megatron_model.build_rank_model(self.cfg, self.device, self.pad_id)
+        self.model = megatron_model.build_rank_model(self.cfg, self.mesh, self.device, self.pad_id)
         self.ref = None
         if self.algorithm.kl_coef > 0 and self.lora is None:
-            self.ref = megatron_model.build_rank_model(self.cfg, self.device, self.pad_id).eval()
+            self.ref = megatron_model.build_rank_model(self.cfg, self.mesh, self.device, self.pad_id).eval()
             self.ref.load_state_dict(self.model.state_dict())
-        self.runner, self.optimizer, self.megatron_ddp = megatron_model.build_optimizer(self.model, self.cfg, self.device)
+        self.runner, self.optimizer, self.megatron_ddp = megatron_model.build_optimizer(self.model, self.cfg, self.mesh,
+                                                                                         self.device)
         self.dp = megatron_model.data_parallel_size()
         self.mover = DeviceMover(self.model, *((self.runner, self.optimizer) if self.megatron_ddp else ()),
                                  optimizer_on_host=self.cfg.trainer.optimizer.cpu_offload)
@@ -178,8 +181,7 @@ class MegatronTrainer(StreamedExport):
         checkpoint was written on another mesh (None when it was this one)."""
         self.finalize_checkpoint()
         saved = checkpoint.load(path, self.model, self.optimizer, checkpoint.identity(self.cfg))
-        tp, ep, etp = megatron_model.resolved_mesh(self.cfg.trainer.mesh)
-        mesh = {"tp": tp, "ep": ep, "etp": etp, "dp": self.dp}
+        mesh = {"tp": self.mesh.tp, "ep": self.mesh.ep, "etp": self.mesh.etp, "dp": self.dp}
         if saved["mesh"] == mesh:
             return None
         old = " ".join(f"{k}{saved['mesh'].get(k)}" for k in mesh)

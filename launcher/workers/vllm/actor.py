@@ -11,7 +11,7 @@ import os
 import tempfile
 
 from launcher.contract.protocols import Generation, GenerationRequest, WeightBucket, WeightUpdate
-from launcher.plan import make_plan
+from launcher.contract.spec import ActorSpec
 from launcher.rl.tokenizer import make_tokenizer
 from launcher.workers.registry import ENGINES
 from launcher.workers.vllm.adapter import write_adapter
@@ -19,11 +19,12 @@ from launcher.workers.vllm.adapter import write_adapter
 
 @ENGINES.register("vllm")
 class VllmInference:
-    def __init__(self, config, engine_index: int):
+    def __init__(self, spec: ActorSpec):
+        config, engine_index = spec.config, spec.rank
         from launcher.workers.vllm.engine import VllmEngine
 
         tok = make_tokenizer(config.model)
-        self.engine = VllmEngine(config, make_plan(config), eos_id=tok.eos_id, pad_id=tok.pad_id,
+        self.engine = VllmEngine(config, spec.plan, eos_id=tok.eos_id, pad_id=tok.pad_id,
                                  seed=config.run.seed + engine_index, engine_index=engine_index)
         # eos_id (one id) goes into a random-init model's config.json; requests stop on all of them.
         self.engine.eos_id = tok.eos_ids
