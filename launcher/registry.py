@@ -1,9 +1,10 @@
 """The one registry form: `@REG.register("name")`; duplicates raise, a miss lists known names.
 
-Backends, algorithms and tasks all register under short names so core code looks them
-up by the config's value and never imports an implementation by name.
+Backends, algorithms, tasks and loops register under short names so core code looks them
+up by the config's value and never imports an implementation by name; validator rules
+register under their ids (launcher/validate/registry.py).
 """
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -42,3 +43,14 @@ class Registry(Generic[T]):
         if self._discover is not None:
             self._discover(None)
         return sorted(self._items)
+
+    def values(self) -> list[T]:
+        """Every registered item, in name order: for callers that run them all (the rules)."""
+        return [self._items[name] for name in self.names()]
+
+    def __iter__(self) -> Iterator[str]:
+        """`set(REG)`, `name in REG`: the names, like a dict's keys, after discovery."""
+        return iter(self.names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()

@@ -1,6 +1,6 @@
 """A HF checkpoint folder read as plain JSON: its architecture and whether its weight files are there.
 
-With `model.hf_path` set, the checkpoint's config.json is the architecture (DESIGN.md,
+With `model.hf_path` set, the checkpoint's config.json is the architecture (docs/design.md,
 "Checkpoints and formats"): compose copies every field `ArchConfig` knows from it into
 `model.arch` (arch_values), MODEL003 names each file the trainer could not load
 (config_problems, weight_problems) and MODEL006 each `model.arch` value that disagrees.

@@ -22,7 +22,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from launcher.config.checkpoint_config import ARCH_FIELDS, NULL_MEANS_HF_DEFAULT, arch_values
-from launcher.config.compose_errors import translate
+from launcher.config.compose_errors import translate, unknown_keys
 from launcher.config.files import store_all
 from launcher.config.schema import SCHEMA_NAME, LauncherConfig, register_schema
 from launcher.config.schema.ranges import range_findings
@@ -100,6 +100,9 @@ def composed_from(compose_primary: ComposePrimary, overrides: list[str]) -> Comp
     value one finding each (CFG007), so a point composed either way reports the same findings."""
     try:
         cfg, choices = compose_primary(PRIMARY_NAME)
+        added = unknown_keys(cfg)
+        if added:
+            raise ConfigError(added)
         config = OmegaConf.to_object(cfg)
         if config.model.hf_path is not None:
             config = _apply_checkpoint_arch(cfg, config, compose_primary)

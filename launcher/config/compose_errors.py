@@ -3,11 +3,13 @@
 Hydra's own messages are correct but terse ("Key 'tpp' not in 'MeshConfig'"); users
 need the full dotted key, the closest valid key, the expected type and the choices.
 """
+import dataclasses
 import difflib
 import re
 
 from hydra.errors import MissingConfigException, OverrideParseException
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, ConfigTypeError, OmegaConfBaseException, ValidationError
 
 from launcher.config.files import BROKEN, available
 from launcher.config.schema.keys import schema_fields, type_name
@@ -41,6 +43,32 @@ def _unknown_key(full_key: str, where: str = "") -> Finding:
         why="The schema has no such key, so the value would be silently ignored by any looser tool.",
         fix=f"Use `{near}`." if near else "Check the key against the schema (`python -m launcher --help`).",
     )
+
+
+def _deleted_key(full_key: str) -> Finding:
+    return Finding(
+        id="CFG001", severity="error", key=full_key,
+        message=f"`~{full_key}` removes a key the schema defines; schema keys cannot be removed.",
+        why="Every schema key always exists so that every rule and worker reads a defined value.",
+        fix=f"Set it instead: `{full_key}=VALUE` (or `{full_key}=null` where null is allowed).",
+    )
+
+
+def unknown_keys(cfg: DictConfig, prefix: str = "") -> list[Finding]:
+    """Keys added to a typed section (`+trainer.mesh.foo=1` lifts Hydra's struct check), each
+    as an unknown-key finding; free-form dict sections (`env`) take any key."""
+    findings = []
+    schema = OmegaConf.get_type(cfg)
+    declared = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key in cfg.keys():
+        full_key = f"{prefix}{key}"
+        if declared is not None and key not in declared:
+            findings.append(_unknown_key(full_key))
+            continue
+        child = cfg._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            findings.extend(unknown_keys(child, f"{full_key}."))
+    return findings
 
 
 def _wrong_type(exc: ValidationError, where: str = "") -> Finding:
@@ -96,6 +124,8 @@ def translate(exc: Exception, overrides: list[str]) -> ConfigError:
     where = _source_file(exc)
     if isinstance(cause, ValidationError):
         return ConfigError([_wrong_type(cause, where)])
+    if isinstance(cause, ConfigTypeError) and "does not support deletion" in str(cause) and cause.full_key:
+        return ConfigError([_deleted_key(str(cause.full_key))])
     if isinstance(cause, (ConfigKeyError, AttributeError)) and getattr(cause, "full_key", None):
         return ConfigError([_unknown_key(str(cause.full_key), where)])
     return ConfigError([_generic(exc)])

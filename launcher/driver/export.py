@@ -71,12 +71,12 @@ def _write_adapter(cfg, trainers, folder: Path) -> int:
     from peft import LoraConfig
     from safetensors.torch import save_file
 
-    from launcher.workers.hf.lora import lora_kwargs
+    from launcher.plan.lora import peft_kwargs
 
     tensors = _AdapterTensors()
     count = _stream_into(trainers, tensors)
     save_file(dict(tensors), str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
-    LoraConfig(**lora_kwargs(cfg.trainer.lora), base_model_name_or_path=cfg.model.hf_path).save_pretrained(folder)
+    LoraConfig(**peft_kwargs(cfg.trainer.lora), base_model_name_or_path=cfg.model.hf_path).save_pretrained(folder)
     return count
 
 

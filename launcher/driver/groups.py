@@ -13,6 +13,7 @@ import time
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from launcher.config.schema.choices import RouterPolicy
 from launcher.contract.spec import ActorSpec
 from launcher.driver.cluster import secret_worker_env
 from launcher.driver.deadlines import CallDeadlines
@@ -242,7 +243,7 @@ class EngineGroup(_Group):
                 options.pop("num_gpus", None)  # a multi-GPU engine's own per-GPU workers claim the GPUs
             handle = remote_cls.options(**options).remote(*secrets, ActorSpec(config, plan, index))
             self._add(handle, f"engine {index}", slot)
-        self.least_loaded = config.inference.router.policy.value == "least_loaded"
+        self.least_loaded = config.inference.router.policy is RouterPolicy.least_loaded
         self.in_flight = [0] * len(self.actors)
         self._progress_at = [0.0] * len(self.actors)
         """When each busy engine last finished a chunk (or, idle before, was given one): monotonic s."""

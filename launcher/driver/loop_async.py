@@ -12,16 +12,15 @@ has arrived, and weights flow to the engines after every step.
   so it runs on version N on every engine, and is collected at step N+1 (evaluate.py).
 - The loss is weighted by pi_old / pi_rollout (truncated) from the engines' log-probs,
   which here corrects for the engines' lag (train.py passes them in both loops).
+The pieces the sync loop runs too (sending, scoring, training, the row) are in step.py.
 """
 import collections
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import torch
-
-from launcher.driver.rollout import chunk_seed, groups_per_chunk, make_chunks, sampling_params, score_group, split_generation
-from launcher.driver.runtime import Runtime, generation_summary
-from launcher.driver.train import train_on_groups
+from launcher.driver.rollout import chunk_seed, groups_per_chunk
+from launcher.driver.runtime import Runtime
+from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
 
 IN_FLIGHT_PER_ENGINE = 2
 QUEUE_STEPS = 2
@@ -33,115 +32,107 @@ class _Generator:
 
     def __init__(self, rt: Runtime):
         self.rt, alg = rt, rt.config.algorithm
-        self.samples = alg.samples_per_prompt
         # Half a step per chunk: the trainer sees fresh groups sooner than with whole-step chunks.
-        self.per_chunk = groups_per_chunk(rt.config.inference.concurrency_per_engine, self.samples,
+        self.per_chunk = groups_per_chunk(rt.config.inference.concurrency_per_engine, alg.samples_per_prompt,
                                           max(alg.prompts_per_step // 2, 1), len(rt.engines))
         self.pending: dict = {}
         self.chunks_sent = 0
 
     def in_flight_groups(self) -> int:
-        return sum(len(members) for members, _, _ in self.pending.values())
+        return sum(len(chunk.members) for chunk in self.pending.values())
 
     def pump(self, room_groups: int) -> None:
         limit = IN_FLIGHT_PER_ENGINE * len(self.rt.engines)
         while len(self.pending) < limit and self.in_flight_groups() + self.per_chunk <= room_groups:
-            st = self.rt.state
-            problems = self.rt.stream.take(st.data_position, self.per_chunk)
-            seed = chunk_seed(self.rt.config.run.seed, 0, 0, st.data_position)
-            st.data_position += self.per_chunk
-            prompt_ids = [self.rt.tokenizer.encode(p.prompt) for p in problems]
-            (members, request), = make_chunks(prompt_ids, self.samples, self.per_chunk,
-                                              sampling_params(self.rt.config.algorithm), lambda c, s=seed: s)
-            self.pending[self.rt.engines.submit(request, self.chunks_sent)] = (members, problems, prompt_ids)
+            # Seeded by stream position, so neither the engine nor the send order picks the seed.
+            seed = chunk_seed(self.rt.config.run.seed, 0, 0, self.rt.state.data_position)
+            self.pending.update(send_prompts(self.rt, self.per_chunk, self.per_chunk, lambda c, s=seed: s,
+                                             first_chunk=self.chunks_sent))
             self.chunks_sent += 1
 
     def harvest(self) -> list:
         if not self.pending:
             time.sleep(POLL_S)
             return []
-        done = self.rt.engines.wait_done(list(self.pending), timeout_s=POLL_S)
-        groups = []
-        for ref in done:
-            members, problems, prompt_ids = self.pending.pop(ref)
-            gen = self.rt.engines.result(ref)
-            for g, rows in split_generation(members, gen, self.samples):
-                groups.append(score_group(problems[g], prompt_ids[g], gen, rows, self.rt.scorer,
-                                          self.rt.tokenizer, self.rt.algorithm))
-        return groups
+        return [group for _, group in collect_scored(self.rt, self.pending, timeout_s=POLL_S)]
+
+
+class _Batcher:
+    """The queue between generation and training: kept groups in arrival order, the stale
+    evicted, and what the step's row counts (groups seen, groups dropped and why)."""
+
+    def __init__(self, rt: Runtime):
+        self.rt, self.queue = rt, collections.deque()
+        self.seen, self.dropped = [], {"stale": 0, "no_signal": 0}
+
+    def add(self, groups: list) -> None:
+        for group in groups:
+            self.seen.append(group)
+            if keep_on_task_rewards(self.rt.algorithm.keep_group, group):
+                self.queue.append(group)
+            else:
+                self.dropped["no_signal"] += 1
+
+    def take(self, wanted: int) -> list | None:
+        """`wanted` groups fresh enough for the current policy version, or None (not yet)."""
+        version, bound = self.rt.state.policy_version, self.rt.config.algorithm.max_staleness
+        fresh = [g for g in self.queue if version - g.policy_version <= bound]
+        self.dropped["stale"] += len(self.queue) - len(fresh)
+        self.queue = collections.deque(fresh)
+        if len(self.queue) < wanted:
+            return None
+        return [self.queue.popleft() for _ in range(wanted)]
+
+    def step_counts(self) -> dict:
+        """The generation summary and drop counts since the last call (one step's)."""
+        counts = {**generation_summary(self.seen, 0.0), "dropped_stale": self.dropped["stale"],
+                  "dropped_no_signal": self.dropped["no_signal"], "queue_groups": len(self.queue)}
+        self.seen, self.dropped = [], {"stale": 0, "no_signal": 0}
+        return counts
 
 
 def run_async(rt: Runtime) -> None:
-    cfg = rt.config
-    alg, wanted = cfg.algorithm, cfg.algorithm.prompts_per_step
+    wanted = rt.config.algorithm.prompts_per_step
     # Never hold more than the staleness bound lets the trainer use.
-    capacity = max(1, min(QUEUE_STEPS, alg.max_staleness)) * wanted
-    gen = _Generator(rt)
-    queue: collections.deque = collections.deque()
-    seen, dropped = [], {"stale": 0, "no_signal": 0}
+    capacity = max(1, min(QUEUE_STEPS, rt.config.algorithm.max_staleness)) * wanted
+    gen, batcher = _Generator(rt), _Batcher(rt)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="train")
     training, batch_info = None, {}
-    last_step_end = wait_start = time.monotonic()
+    last_step_end = time.monotonic()
     try:
         rt.start_eval()  # held-out evaluations: sent after a sync, collected one step later (evaluate.py)
-        while rt.state.step < cfg.run.steps:
-            gen.pump(capacity - len(queue))
-            for group in gen.harvest():
-                seen.append(group)
-                if rt.algorithm.keep_group(torch.tensor(group.task_rewards)):
-                    queue.append(group)
-                else:
-                    dropped["no_signal"] += 1
+        while rt.state.step < rt.config.run.steps:
+            gen.pump(capacity - len(batcher.queue))
+            batcher.add(gen.harvest())
             if training is None:
-                dropped["stale"] += _evict_stale(queue, rt.state.policy_version, alg.max_staleness)
-                if len(queue) >= wanted:
-                    batch = [queue.popleft() for _ in range(wanted)]
-                    batch_info = _staleness(batch, rt.state.policy_version)
-                    batch_info["rollout_s"] = time.monotonic() - wait_start
-                    training = executor.submit(_timed_train, rt, batch)
+                if (batch := batcher.take(wanted)) is not None:
+                    batch_info = {**_staleness(batch, rt.state.policy_version),
+                                  "rollout_s": time.monotonic() - last_step_end}
+                    training = executor.submit(timed_train, rt, batch)
             elif training.done():
-                train, train_s = training.result()
-                training = None
-                rt.state.policy_version += 1
-                sync_s = rt.sync_weights(with_base=False, wait=False)
-                rt.state.step += 1
-                rt.finish_eval()  # the previous step's, before this step's checkpoint and row
-                rt.maybe_checkpoint()
-                now = time.monotonic()
-                rt.log_step(_metrics(rt, seen, train, train_s, sync_s, now - last_step_end, batch_info,
-                                       dropped, len(queue)))
-                seen, dropped = [], {"stale": 0, "no_signal": 0}
-                last_step_end = wait_start = now
-                rt.start_eval()  # on every engine behind the update just sent: exactly this version
+                (train, train_s), training = training.result(), None
+                last_step_end = _end_step(rt, train, train_s, batch_info, batcher, last_step_end)
         rt.finish_eval()
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
 
 
-def _timed_train(rt: Runtime, batch: list) -> tuple[dict, float]:
-    started = time.monotonic()
-    metrics = train_on_groups(rt.trainers, batch, rt.config.algorithm, rt.algorithm)
-    return metrics, time.monotonic() - started
-
-
-def _evict_stale(queue: collections.deque, version: int, max_staleness: int) -> int:
-    fresh = [g for g in queue if version - g.policy_version <= max_staleness]
-    evicted = len(queue) - len(fresh)
-    queue.clear()
-    queue.extend(fresh)
-    return evicted
+def _end_step(rt: Runtime, train: dict, train_s: float, batch_info: dict, batcher: _Batcher,
+              last_step_end: float) -> float:
+    """Publish the trained policy without waiting for the engines, log the step; returns its end."""
+    rt.state.policy_version += 1
+    sync_s = rt.sync_weights(with_base=False, wait=False)
+    rt.state.step += 1
+    rt.finish_eval()  # the previous step's, before this step's checkpoint and row
+    rt.maybe_checkpoint()
+    now = time.monotonic()
+    step_s = now - last_step_end
+    rt.log_step(step_metrics(rt, batcher.step_counts(), train, train_s=train_s, sync_s=sync_s, step_s=step_s,
+                             other_s=max(step_s - train_s - batch_info["rollout_s"], 0.0), **batch_info))
+    rt.start_eval()  # on every engine behind the update just sent: exactly this version
+    return now
 
 
 def _staleness(batch: list, version: int) -> dict:
     ages = [version - g.policy_version for g in batch]
     return {"staleness_mean": sum(ages) / len(ages), "staleness_max": max(ages)}
-
-
-def _metrics(rt, seen, train, train_s, sync_s, step_s, batch_info, dropped, queue_len) -> dict:
-    gen = generation_summary(seen, 0.0)
-    kl = train.get("kl_ref", train.get("rollout_kl", 0.0))
-    return {"step": rt.state.step, **gen, **train, **batch_info, "kl": kl, "train_s": train_s, "sync_s": sync_s,
-            "step_s": step_s, "other_s": max(step_s - train_s - batch_info["rollout_s"], 0.0),
-            "tokens_per_s": gen["generated_tokens"] / max(step_s, 1e-9), "dropped_stale": dropped["stale"],
-            "dropped_no_signal": dropped["no_signal"], "queue_groups": queue_len,
-            "policy_version": rt.state.policy_version, "data_position": rt.state.data_position}

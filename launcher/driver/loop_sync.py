@@ -4,38 +4,28 @@ Per step: offload trainer -> wake engines -> generate (DAPO: drop groups without
 variance and generate again, up to max_regenerations) -> engines sleep -> onload trainer
 -> advantages and train -> push weights -> checkpoint -> one log line. A held-out
 evaluation of the previous step's weights, when due, runs right after the wake.
+The pieces the async loop runs too (sending, scoring, training, the row) are in step.py.
 """
 import sys
 import time
 
-import torch
 from tqdm import tqdm
 
-from launcher.driver.rollout import chunk_seed, groups_per_chunk, make_chunks, sampling_params, score_group, split_generation
-from launcher.driver.runtime import Runtime, generation_summary
-from launcher.driver.train import train_on_groups
+from launcher.driver.rollout import chunk_seed, groups_per_chunk
+from launcher.driver.runtime import Runtime
+from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
 
 
 def _generate_round(rt: Runtime, step: int, round_index: int, n_prompts: int, bar) -> list:
     """Generate and score n_prompts new groups; returns (round, group index, Group) tuples."""
-    alg, G = rt.config.algorithm, rt.config.algorithm.samples_per_prompt
-    problems = rt.stream.take(rt.state.data_position, n_prompts)
-    rt.state.data_position += n_prompts
-    prompt_ids = [rt.tokenizer.encode(p.prompt) for p in problems]
-    per_chunk = groups_per_chunk(rt.config.inference.concurrency_per_engine, G, n_prompts, len(rt.engines))
-    seed = rt.config.run.seed
-    chunks = make_chunks(prompt_ids, G, per_chunk, sampling_params(alg),
-                         lambda c: chunk_seed(seed, step, round_index, c))
-    pending = {rt.engines.submit(req, c): members for c, (members, req) in enumerate(chunks)}
+    samples, seed = rt.config.algorithm.samples_per_prompt, rt.config.run.seed
+    per_chunk = groups_per_chunk(rt.config.inference.concurrency_per_engine, samples, n_prompts, len(rt.engines))
+    pending = send_prompts(rt, n_prompts, per_chunk, lambda c: chunk_seed(seed, step, round_index, c))
     scored = []
     while pending:
-        done = rt.engines.wait_done(list(pending))
-        members = pending.pop(done[0])
-        gen = rt.engines.result(done[0])
-        for g, rows in split_generation(members, gen, G):
-            group = score_group(problems[g], prompt_ids[g], gen, rows, rt.scorer, rt.tokenizer, rt.algorithm)
-            scored.append((round_index, g, group))
-        bar.update(len(members) * G)
+        done = collect_scored(rt, pending)
+        scored += [(round_index, g, group) for g, group in done]
+        bar.update(len(done) * samples)
     return scored
 
 
@@ -50,7 +40,7 @@ def fill_groups(generate_round, keep_group, wanted: int, max_regenerations: int)
     while True:
         scored = generate_round(rounds, wanted - len(kept))
         seen += [s[2] for s in scored]
-        kept += [s for s in scored if keep_group(torch.tensor(s[2].task_rewards))]
+        kept += [s for s in scored if keep_on_task_rewards(keep_group, s[2])]
         rounds += 1
         if len(kept) >= wanted or rounds > max_regenerations:
             break
@@ -76,45 +66,48 @@ def collect_groups(rt: Runtime, step: int) -> tuple[list, dict]:
     return groups, stats
 
 
+def _engines_take_the_gpus(rt: Runtime, level: int) -> None:
+    """Sleep level 0 keeps both resident; otherwise the trainer steps aside for generation."""
+    if level:
+        rt.trainers.call("offload")
+        rt.engines.call("wake")
+
+
+def _trainer_takes_the_gpus(rt: Runtime, level: int) -> None:
+    """After generation the engines sleep at `level` and the trainer's state comes back."""
+    if level:
+        rt.engines.call("sleep", level)
+        rt.trainers.call("onload")
+
+
 def run_sync(rt: Runtime) -> None:
-    cfg = rt.config
     level = rt.plan.memory.sleep_level  # inference.sleep_level, or derived from the sync kind
-    while rt.state.step < cfg.run.steps:
-        step = rt.state.step + 1
-        t0 = time.monotonic()
-        if level:
-            rt.trainers.call("offload")
-            rt.engines.call("wake")
-        rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/driver/evaluate.py)
-        t0 += rt.finish_eval()  # not the step's time
-        groups, gen = collect_groups(rt, step)
-        if level:
-            rt.engines.call("sleep", level)
-            rt.trainers.call("onload")
-        t1 = time.monotonic()
-        train, sync_s = {}, 0.0
-        if groups:  # DAPO may find no group with reward variance even after regenerating
-            train = train_on_groups(rt.trainers, groups, cfg.algorithm, rt.algorithm)
-        t2 = time.monotonic()
-        if groups:
-            rt.state.policy_version += 1
-        if groups or level >= 2:  # level 2 dropped the engines' weights: they need them back either way
-            sync_s = rt.sync_weights(with_base=level >= 2, wait=True)
-        rt.state.step = step
-        rt.maybe_checkpoint()
-        step_s = time.monotonic() - t0
-        rt.log_step(_step_metrics(step, gen, train, t1 - t0, t2 - t1, sync_s, step_s, rt))
-    if rt.evaluator is not None and rt.evaluator.due(rt.state.step):  # the last step's weights
-        if level:
-            rt.trainers.call("offload")
-            rt.engines.call("wake")
+    while rt.state.step < rt.config.run.steps:
+        _run_step(rt, rt.state.step + 1, level)
+    if rt.eval_due():  # the last step's weights
+        _engines_take_the_gpus(rt, level)
         rt.start_eval()
         rt.finish_eval()
 
 
-def _step_metrics(step, gen, train, rollout_s, train_s, sync_s, step_s, rt) -> dict:
-    kl = train.get("kl_ref", train.get("rollout_kl", 0.0))
-    return {"step": step, **gen, **train, "kl": kl, "rollout_s": rollout_s, "train_s": train_s, "sync_s": sync_s,
-            "step_s": step_s, "other_s": step_s - gen["gen_s"] - train_s,
-            "tokens_per_s": gen["generated_tokens"] / max(step_s, 1e-9),
-            "policy_version": rt.state.policy_version, "data_position": rt.state.data_position}
+def _run_step(rt: Runtime, step: int, level: int) -> None:
+    """Generate, then train, then sync: each phase waits for the one before."""
+    t0 = time.monotonic()
+    _engines_take_the_gpus(rt, level)
+    rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/driver/evaluate.py)
+    t0 += rt.finish_eval()  # not the step's time
+    groups, gen = collect_groups(rt, step)
+    _trainer_takes_the_gpus(rt, level)
+    t1 = time.monotonic()
+    # DAPO may find no group with reward variance even after regenerating
+    train, train_s = timed_train(rt, groups) if groups else ({}, 0.0)
+    sync_s = 0.0
+    if groups:
+        rt.state.policy_version += 1
+    if groups or level >= 2:  # level 2 dropped the engines' weights: they need them back either way
+        sync_s = rt.sync_weights(with_base=level >= 2, wait=True)
+    rt.state.step = step
+    rt.maybe_checkpoint()
+    step_s = time.monotonic() - t0
+    rt.log_step(step_metrics(rt, gen, train, rollout_s=t1 - t0, train_s=train_s, sync_s=sync_s, step_s=step_s,
+                             other_s=step_s - gen["gen_s"] - train_s))

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from launcher.config.schema.choices import LogBackend, WandbMode
 from launcher.driver.plot import EVAL_MARK, write_curves
 
 METRICS_FILE = "metrics.jsonl"
@@ -50,11 +51,11 @@ def eval_line(m: dict) -> str:
 class StepLogger:
     def __init__(self, run_dir: Path, logging_cfg, run_cfg, start_step: int, config_dict: dict):
         self.run_dir, self.total = Path(run_dir), run_cfg.steps
-        self.backends = {getattr(b, "value", b) for b in logging_cfg.backends}
+        self.backends = {LogBackend(b) for b in logging_cfg.backends}
         self.start_step, self.started = start_step, time.monotonic()
         self.metrics_file = self.run_dir / METRICS_FILE
         self._truncate_after(start_step)
-        self.wandb = self._init_wandb(logging_cfg.wandb, run_cfg.name, config_dict) if "wandb" in self.backends else None
+        self.wandb = self._init_wandb(logging_cfg.wandb, run_cfg.name, config_dict) if LogBackend.wandb in self.backends else None
 
     def _truncate_after(self, step: int) -> None:
         """On resume, forget steps past the checkpoint: they are about to be redone, and so is
@@ -86,11 +87,11 @@ class StepLogger:
     def _init_wandb(self, wandb_cfg, name: str, config_dict: dict):
         import wandb
 
-        mode = getattr(wandb_cfg.mode, "value", wandb_cfg.mode)
-        if mode == "online" and not os.environ.get("WANDB_API_KEY"):
+        mode = WandbMode(wandb_cfg.mode)
+        if mode is WandbMode.online and not os.environ.get("WANDB_API_KEY"):
             sys.stderr.write("wandb: no WANDB_API_KEY, logging offline (sync later with `wandb sync`)\n")
-            mode = "offline"
-        return wandb.init(project=wandb_cfg.project, entity=wandb_cfg.entity, mode=mode, name=name,
+            mode = WandbMode.offline
+        return wandb.init(project=wandb_cfg.project, entity=wandb_cfg.entity, mode=mode.value, name=name,
                           dir=str(self.run_dir), config=config_dict, resume="allow")
 
     def eta_s(self, step: int) -> float:
@@ -108,10 +109,10 @@ class StepLogger:
         self._write(metrics, eval_line(metrics))
 
     def _write(self, metrics: dict, line: str) -> None:
-        if "console" in self.backends:
+        if LogBackend.console in self.backends:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
-        if "jsonl" in self.backends:
+        if LogBackend.jsonl in self.backends:
             with self.metrics_file.open("a") as f:
                 f.write(json.dumps(metrics) + "\n")
         if self.wandb is not None:

@@ -79,10 +79,15 @@ class Runtime:
         self.logger.log({**metrics, **self.checkpoint_stats})
         self.checkpoint_stats = {}
 
+    def eval_due(self) -> bool:
+        """Whether step `state.step` gets a held-out evaluation (launcher/driver/evaluate.py
+        says when and why); the sync loop asks before waking the engines for the last one."""
+        return self.evaluator is not None and self.evaluator.due(self.state.step)
+
     def start_eval(self) -> None:
         """Send the evaluation of step `state.step` (the engines' weights, policy version
-        `state.policy_version`) when it is due (launcher/driver/evaluate.py says when and why)."""
-        if self.evaluator is not None and self.evaluator.due(self.state.step):
+        `state.policy_version`) when it is due."""
+        if self.eval_due():
             self.pending_eval = self.evaluator.submit(self.engines, self.state.step, self.state.policy_version)
 
     def finish_eval(self) -> float:
@@ -94,16 +99,3 @@ class Runtime:
         self.logger.log_eval(row)
         return row["eval/time_s"]
 
-
-def generation_summary(groups_seen: list, seconds: float) -> dict:
-    """Reward, accuracy and length over every sample generated (dropped groups included)."""
-    rewards = [r for g in groups_seen for r in g.task_rewards]
-    correct = [c for g in groups_seen for c in g.correct]
-    lengths = [len(t) for g in groups_seen for t in g.responses]
-    shaping = [s - r for g in groups_seen for s, r in zip(g.rewards, g.task_rewards, strict=True)]
-    n = max(len(rewards), 1)
-    return {"reward": sum(rewards) / n, "accuracy": sum(correct) / n, "response_len": sum(lengths) / n,
-            "generated_tokens": sum(lengths), "groups_generated": len(groups_seen), "gen_s": seconds,
-            "reward_errors": sum(g.reward_errors for g in groups_seen),
-            "truncated_frac": sum(g.truncated for g in groups_seen) / n,
-            "overlong_penalized_frac": sum(d < 0 for d in shaping) / n, "overlong_penalty_mean": sum(shaping) / n}

@@ -9,6 +9,7 @@ sync brings the weights back. Which is right follows from what the next sync sen
   with the engine (level 2 would re-send the base at every step);
 - async placement: 0, the engines own their GPUs and never sleep.
 """
+from launcher.config.schema.choices import PlacementMode
 from launcher.config.schema.root import LauncherConfig
 
 
@@ -23,7 +24,7 @@ def derived_sleep_level(colocated: bool, sync_kind: str) -> tuple[int, str]:
 
 def resolve_sleep_level(cfg: LauncherConfig, sync_kind: str) -> tuple[int, str]:
     """(the level every engine and the sync loop use, where it came from)."""
-    level, why = derived_sleep_level(cfg.placement.mode.value == "colocated", sync_kind)
+    level, why = derived_sleep_level(cfg.placement.mode is PlacementMode.colocated, sync_kind)
     if cfg.inference.sleep_level is None:
         return level, why
     if cfg.inference.sleep_level == level:

@@ -5,31 +5,33 @@ nvcc from it) is forwarded explicitly; the user's `env` section wins over planne
 """
 from collections.abc import Mapping
 
+from launcher.config.schema.choices import GpuArch, InferenceBackendName, TrainerBackendName
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan.arch import ArchFacts
+from launcher.plan.sync import sync_kind
 
-PRE_BLACKWELL = ("ampere", "ada", "hopper")
+PRE_BLACKWELL = (GpuArch.ampere, GpuArch.ada, GpuArch.hopper)
 
 
 def plan_env(cfg: LauncherConfig, f: ArchFacts, driver_env: Mapping[str, str], log: Origins) -> dict[str, str]:
     env: dict[str, str] = {}
-    arch, mesh = cfg.cluster.gpu.arch.value, cfg.trainer.mesh
+    arch, mesh = cfg.cluster.gpu.arch, cfg.trainer.mesh
     if "CUDA_HOME" in driver_env:
         env["CUDA_HOME"] = driver_env["CUDA_HOME"]
         log.add("env.CUDA_HOME", env["CUDA_HOME"], "the driver's CUDA_HOME (workers do not inherit exports)")
-    if arch == "blackwell" and f.has_kda:
+    if arch is GpuArch.blackwell and f.has_kda:
         env["FLA_TILELANG"] = "0"
         log.add("env.FLA_TILELANG", 0, "KDA kernels on Blackwell")
-    if arch in PRE_BLACKWELL and (mesh.tp > 1 or mesh.cp > 1) and cfg.trainer.backend.value == "megatron":
+    if arch in PRE_BLACKWELL and (mesh.tp > 1 or mesh.cp > 1) and cfg.trainer.backend is TrainerBackendName.megatron:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-        log.add("env.CUDA_DEVICE_MAX_CONNECTIONS", 1, f"{arch} with tp {mesh.tp} / cp {mesh.cp}: Megatron requires it")
+        log.add("env.CUDA_DEVICE_MAX_CONNECTIONS", 1, f"{arch.value} with tp {mesh.tp} / cp {mesh.cp}: Megatron requires it")
     env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
-    if cfg.inference.backend.value == "vllm":
+    if cfg.inference.backend is InferenceBackendName.vllm:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in the actor's process: weights reload in place
-        if cfg.trainer.lora.rank > 0 and not cfg.trainer.lora.merge:
+        if sync_kind(cfg) == "adapter":
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-    if arch == "cpu":
+    if arch is GpuArch.cpu:
         env["OMP_NUM_THREADS"] = "1"  # one thread per worker: trainer ranks and engines share few cores
     env.update({k: str(v) for k, v in cfg.env.items()})
     return env

@@ -6,10 +6,12 @@ adapter per layer with share_expert_adapters). Per-GPU counts divide TP-sharded 
 by tp and expert adapters by ep x etp: an approximation, the replicated half of each
 adapter pair is under 1% of GPU memory.
 """
+import re
 from dataclasses import dataclass
 
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan.arch import DSA, KDA, ArchFacts
+from model.names import ATTENTION_MODULES, MLP_PROJECTIONS
 
 # name -> (layer kind it lives in, sharded by TP)
 ATTENTION_TARGETS = {
@@ -21,6 +23,25 @@ ATTENTION_TARGETS = {
 }
 MLP_TARGETS = ("linear_fc1", "linear_fc2")
 KNOWN_TARGETS = tuple(ATTENTION_TARGETS) + MLP_TARGETS
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The only values vLLM's LoRAConfig.max_lora_rank takes (docs/model.md section 4): adapter
+sync rounds trainer.lora.rank up to one (workers/vllm/args.py); rule LORA002 checks it."""
+
+MEGATRON_TO_CHECKPOINT = {**{m: [h] for m, h in ATTENTION_MODULES.items()},
+                          **{m: list(p) for m, p in MLP_PROJECTIONS.items()}}
+"""Megatron target -> the module names it is in the checkpoint (model/names.py, the one name
+table); transformers' in-memory module paths end the same way (`forget_gate.f_a_proj`)."""
+
+
+def peft_kwargs(lora_cfg) -> dict:
+    """peft LoraConfig arguments for `trainer.lora`: what the hf trainer wraps, every trainer
+    ships to the engines with an adapter, and export writes. Plain data (it crosses Ray)."""
+    names = sorted({hf for t in lora_cfg.targets for hf in MEGATRON_TO_CHECKPOINT.get(t, [t])})
+    if not names:
+        raise ValueError("trainer.lora.rank > 0 needs trainer.lora.targets (e.g. [linear_proj, linear_fc1, q_proj])")
+    # A regex so the frozen vision tower never gets adapters.
+    pattern = r".*(language_model|model\.layers)\..*\.(" + "|".join(map(re.escape, names)) + r")$"
+    return {"r": lora_cfg.rank, "lora_alpha": lora_cfg.alpha, "target_modules": pattern, "lora_dropout": 0.0}
 
 
 @dataclass

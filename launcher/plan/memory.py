@@ -14,6 +14,7 @@ resolved one (plan/_sleep.py), which the engines and the sync loop use.
 """
 from dataclasses import dataclass
 
+from launcher.config.schema.choices import PlacementMode
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan._sleep import resolve_sleep_level
@@ -84,7 +85,7 @@ def plan_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: 
                 log: Origins) -> MemoryPlan:
     tr = trainer_memory(cfg, params, mesh, lora, f)
     inf = inference_memory(cfg, params, f)
-    colocated = cfg.placement.mode.value == "colocated"
+    colocated = cfg.placement.mode is PlacementMode.colocated
     level, why = resolve_sleep_level(cfg, sync_kind(cfg))
     log.add("memory.sleep_level", level, why)
     return MemoryPlan(trainer=tr, inference=inf, colocated=_phases(cfg, tr, inf, level) if colocated else None,

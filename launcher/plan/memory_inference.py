@@ -1,4 +1,4 @@
-"""Inference engine memory per GPU (DOMAIN.md sections 3 and 4).
+"""Inference engine memory per GPU (docs/model.md sections 3 and 4).
 
 Assumptions:
 - Weights in the model dtype over the engine's tp GPUs (experts too: with
@@ -14,6 +14,7 @@ Assumptions:
 """
 from dataclasses import dataclass
 
+from launcher.config.schema.choices import KvCacheDtype
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan.arch import ArchFacts
 from launcher.plan.memory_trainer import DTYPE_BYTES, GIB
@@ -46,8 +47,8 @@ class InferenceMemory:
 
 
 def _kv_bytes(cfg: LauncherConfig) -> int:
-    kv = cfg.inference.kv_cache_dtype.value
-    return 1 if kv == "fp8" else (DTYPE_BYTES[cfg.model.dtype.value] if kv == "auto" else 2)
+    kv = cfg.inference.kv_cache_dtype
+    return 1 if kv is KvCacheDtype.fp8 else (DTYPE_BYTES[cfg.model.dtype.value] if kv is KvCacheDtype.auto else 2)
 
 
 def per_sequence_bytes(cfg: LauncherConfig, f: ArchFacts) -> tuple[float, float]:

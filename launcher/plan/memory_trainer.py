@@ -1,4 +1,4 @@
-"""Trainer memory per GPU (DOMAIN.md section 3).
+"""Trainer memory per GPU (docs/model.md section 3).
 
 Assumptions, each a named constant or a line below:
 - Weights in the model dtype; frozen LoRA bases cost only their weights.
@@ -18,6 +18,7 @@ Assumptions, each a named constant or a line below:
 """
 from dataclasses import dataclass
 
+from launcher.config.schema.choices import RecomputeGranularity
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan.arch import DSA, KDA, SPARSE, ArchFacts
 from launcher.plan.lora import LoraPlan
@@ -87,12 +88,12 @@ def activation_bytes(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> float
     sp_div = mesh.tp if t.mesh.sequence_parallel else 1
     streams = max(a.hc_mult, 1)
     boundary = (2 * streams + 2) * a.hidden_size * ACT_BYTES / sp_div
-    granularity = t.recompute.granularity.value
-    recomputed = set(t.recompute.modules) if granularity == "selective" else set()
+    granularity = t.recompute.granularity
+    recomputed = set(t.recompute.modules) if granularity is RecomputeGranularity.selective else set()
     per_token = 0.0
     for (kind, mlp), layers in f.layer_pairs:
         per_layer = boundary
-        if granularity != "full":
+        if granularity is not RecomputeGranularity.full:
             per_layer += _attention_bytes_per_token(cfg, kind, recomputed, mesh.tp)
             per_layer += _mlp_bytes_per_token(cfg, mlp, recomputed, mesh.tp, mesh.etp)
         per_token += per_layer * layers

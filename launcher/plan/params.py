@@ -1,7 +1,7 @@
 """Exact parameter counts from architecture fields, split the way parallelism splits them.
 
 Each component is counted as (tp: sharded over tensor parallel ranks, rep: replicated on
-every TP rank, exp: routed experts, sharded over EP x ETP). The split follows DOMAIN.md
+every TP rank, exp: routed experts, sharded over EP x ETP). The split follows docs/model.md
 section 3: MLA down-projections and norms, the DSA indexer, KDA f_a/g_a/o_norm, the router,
 mHC and all norms are replicated. Shapes mirror HF glm5_next parameter for parameter
 (checked against a meta-device build: 313,326,816,766 total for the default config).

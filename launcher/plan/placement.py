@@ -7,6 +7,7 @@ shard. Async: trainer nodes first, inference nodes after them, disjoint.
 import functools
 from dataclasses import dataclass
 
+from launcher.config.schema.choices import PlacementMode
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 
@@ -48,7 +49,7 @@ def node_counts(cfg: LauncherConfig) -> tuple[int, int]:
     """(trainer nodes, inference nodes) with the defaults of placement.*_nodes resolved.
     Colocated: both are the trainer's nodes. Async: 1 inference node, the rest train."""
     c, p = cfg.cluster, cfg.placement
-    if p.mode.value == "async":
+    if p.mode is PlacementMode["async"]:
         n_inf = 1 if p.inference_nodes is None else p.inference_nodes
         n_train = max(c.nodes - n_inf, 0) if p.trainer_nodes is None else p.trainer_nodes
         return n_train, n_inf
@@ -60,7 +61,7 @@ def plan_placement(cfg: LauncherConfig, log: Origins) -> PlacementPlan:
     c, p, inf = cfg.cluster, cfg.placement, cfg.inference
     gpn = c.gpus_per_node
     n_train, n_inf = node_counts(cfg)
-    if p.mode.value == "async":
+    if p.mode is PlacementMode["async"]:
         train_nodes = list(range(n_train))
         inf_nodes = list(range(n_train, n_train + n_inf))
         needed = (n_train + n_inf) * gpn
@@ -73,4 +74,4 @@ def plan_placement(cfg: LauncherConfig, log: Origins) -> PlacementPlan:
     return PlacementPlan(mode=p.mode.value, trainer_nodes=train_nodes, inference_nodes=inf_nodes,
                          trainer_slots=_slots(tuple(train_nodes), gpn),
                          engine_slots=_engines(inf_slots, inf.engines, inf.tp), gpus_needed=needed,
-                         gpu_fraction=SHARED_GPU_FRACTION if p.mode.value == "colocated" else 1.0)
+                         gpu_fraction=SHARED_GPU_FRACTION if p.mode is PlacementMode.colocated else 1.0)

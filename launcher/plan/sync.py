@@ -10,6 +10,7 @@ both the trainer nodes' NICs (all engines' copies leave through them) and the en
 """
 from dataclasses import dataclass
 
+from launcher.config.schema.choices import GpuArch, InferenceBackendName, PlacementMode
 from launcher.config.schema.model import ArchConfig
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan.arch import DSA, KDA, facts
@@ -99,8 +100,8 @@ def bucket_transport(cfg: LauncherConfig) -> str:
     copy exported (what vLLM's IPC engine all-gathers); they, CPU runs and async runs keep
     host buckets. vLLM engines on GPUs take merged weights through their own transfer."""
     c, inf = cfg.cluster, cfg.inference
-    shares_rank0_gpu = cfg.placement.mode.value == "colocated" and inf.engines == 1 and inf.tp == 1
-    if inf.backend.value == "hf" and c.gpu.arch.value != "cpu" and shares_rank0_gpu:
+    shares_rank0_gpu = cfg.placement.mode is PlacementMode.colocated and inf.engines == 1 and inf.tp == 1
+    if inf.backend is InferenceBackendName.hf and c.gpu.arch is not GpuArch.cpu and shares_rank0_gpu:
         return CUDA_IPC
     return HOST
 
@@ -149,9 +150,9 @@ def plan_sync(cfg: LauncherConfig, params: ParamCounts, lora: LoraPlan, trainer_
     inf, links = cfg.inference, cfg.cluster.links
     transport = bucket_transport(cfg)
     buckets = max(nbytes / GIB / SYNC_BUCKET_GIB, 1.0) * SYNC_BUCKET_OVERHEAD_S
-    if inf.backend.value == "hf":
+    if inf.backend is InferenceBackendName.hf:
         link, seconds = LINK_NAMES[transport], bucketed_seconds(nbytes, transport)
-    elif cfg.placement.mode.value == "colocated":
+    elif cfg.placement.mode is PlacementMode.colocated:
         link, seconds = "intra_node", nbytes * 8 / (inf.tp * links.intra_node_gbps * 1e9) + buckets
     else:
         rate = links.inter_node_gbps * 1e9 * NETWORK_EFFICIENCY

@@ -1,4 +1,4 @@
-"""Phase-time estimates and the collective timeout they imply (DOMAIN.md section 5, item 7).
+"""Phase-time estimates and the collective timeout they imply (docs/model.md section 5, item 7).
 
 A trainer rank can sit inside one collective for a whole phase: during generation
 (colocated ranks wait for the engines, async ranks for a full batch) and during a

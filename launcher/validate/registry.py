@@ -1,13 +1,36 @@
-"""One registry of rules: `@rule("MESH001")` registers a pure function (config, plan) -> findings.
+"""The rules, in the one registry form (`launcher.registry.Registry`): `@rule("MESH001")`
+registers a pure function (config, plan) -> drafts under its id.
 
-Duplicate ids raise at import; every rule runs on every check, and all findings are
-reported together (errors first) so a user fixes a config in one round.
+A rule's id is written once, at registration: inside a rule `error(key, message, why, fix)`
+and `warning(...)` make drafts without an id, and the registered function stamps the rule's
+id on each, so a finding cannot carry another rule's id by a copy-paste slip. Duplicate ids
+raise at import; every rule runs on every check, and all findings are reported together
+(errors first) so a user fixes a config in one round.
 """
-from collections.abc import Callable, Iterable
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from launcher.errors import Finding
+from launcher.registry import Registry
 
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A finding before `@rule` stamps its rule's id on it."""
+
+    severity: str
+    key: str
+    message: str
+    why: str
+    fix: str
+
+    def stamped(self, rule_id: str) -> Finding:
+        return Finding(id=rule_id, severity=self.severity, key=self.key, message=self.message, why=self.why,
+                       fix=self.fix)
+
+
+DraftFn = Callable[..., Iterable[Draft]]
 RuleFn = Callable[..., Iterable[Finding]]
 
 
@@ -15,25 +38,31 @@ RuleFn = Callable[..., Iterable[Finding]]
 class Rule:
     id: str
     fn: RuleFn
-    summary: str
+    """(config, plan) -> findings, each with this rule's id."""
 
 
-RULES: dict[str, Rule] = {}
+RULES: Registry[Rule] = Registry("rule id")
 
 
-def rule(rule_id: str):
-    def wrap(fn: RuleFn) -> RuleFn:
-        if rule_id in RULES:
-            raise ValueError(f"rule id {rule_id} registered twice ({RULES[rule_id].fn.__name__}, {fn.__name__})")
-        RULES[rule_id] = Rule(rule_id, fn, (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
-        return fn
+def rule(rule_id: str) -> Callable[[DraftFn], RuleFn]:
+    """Registers the function as rule `rule_id`; the name it is defined under becomes the
+    stamping function, so a direct call yields the same findings as a check."""
 
-    return wrap
+    def register(draft_fn: DraftFn) -> RuleFn:
+        @functools.wraps(draft_fn)
+        def stamped(cfg, plan) -> Iterator[Finding]:
+            for draft in draft_fn(cfg, plan):
+                yield draft.stamped(rule_id)
+
+        RULES.register(rule_id)(Rule(rule_id, stamped))
+        return stamped
+
+    return register
 
 
-def error(rule_id: str, key: str, message: str, why: str, fix: str) -> Finding:
-    return Finding(id=rule_id, severity="error", key=key, message=message, why=why, fix=fix)
+def error(key: str, message: str, why: str, fix: str) -> Draft:
+    return Draft(severity="error", key=key, message=message, why=why, fix=fix)
 
 
-def warning(rule_id: str, key: str, message: str, why: str, fix: str) -> Finding:
-    return Finding(id=rule_id, severity="warning", key=key, message=message, why=why, fix=fix)
+def warning(key: str, message: str, why: str, fix: str) -> Draft:
+    return Draft(severity="warning", key=key, message=message, why=why, fix=fix)

@@ -1,6 +1,6 @@
 """Trainer side of weight sync: the export as a stream of size-bounded buckets.
 
-A merged GLM-5.3-Flash is ~599 GiB (DOMAIN.md section 4): sync must never hold it twice.
+A merged GLM-5.3-Flash is ~599 GiB (docs/model.md section 4): sync must never hold it twice.
 A trainer backend yields its HF-named tensors one at a time (`_weight_stream`: each one
 gathered across model-parallel ranks and LoRA-merged on demand, on its device); here they
 are copied to host and grouped into buckets of at most `max_bucket_bytes`, one bucket per

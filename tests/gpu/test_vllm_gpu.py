@@ -1,7 +1,7 @@
 """The vllm backend's GPU-only paths (skipped without CUDA and the CUDA build of vllm):
 sleep levels 1 and 2, CUDA-IPC weight transfer (colocated), NCCL weight transfer (async,
 needs 2 GPUs), and GLM-5.3-Flash engines (vLLM's own model, GPU kernels) with merged and
-adapter sync. Not run on the CPU machines; see README "Not run here".
+adapter sync. Not run on the CPU machines; see docs/guide_details.md "Not run here".
 
     PYTHONPATH=. python -m pytest tests/gpu/test_vllm_gpu.py -m gpu -q
 """
@@ -107,7 +107,7 @@ def test_ipc_transfer_colocated_updates_the_engine():
     ray.init(num_gpus=1, include_dashboard=False, ignore_reinit_error=True)
     try:
         # CUDA IPC needs another process on the same GPU: the engine is a Ray actor.
-        actor = ray.remote(num_gpus=0.5)(VllmInference).remote(cfg, 0)
+        actor = ray.remote(num_gpus=0.5)(VllmInference).remote(ActorSpec.planned(cfg))
         model = _hf_model(cfg)
         sender = trainer_sender(cfg, [actor], ModuleSource(model), rank=0)
         sender.send_weights()
@@ -132,7 +132,7 @@ def test_loop_path_trainer_pushes_over_ipc_when_the_engine_reports_it():
     cfg = _config("recipe=tiny_qwen3_vllm", "inference.sleep_level=1")
     ray.init(num_gpus=1, include_dashboard=False, ignore_reinit_error=True)
     try:
-        actor = ray.remote(num_gpus=0.5)(VllmInference).remote(cfg, 0)
+        actor = ray.remote(num_gpus=0.5)(VllmInference).remote(ActorSpec.planned(cfg))
         assert ray.get(actor.weight_transfer.remote()) == "ipc"
         trainer = HfTrainer(ActorSpec.planned(cfg, 0, 1))
         trainer.connect_weight_transfer([actor], None, None)
@@ -160,7 +160,7 @@ def test_nccl_transfer_async_updates_the_engine():
         port = s.getsockname()[1]
     ray.init(num_gpus=2, include_dashboard=False, ignore_reinit_error=True)
     try:
-        actor = ray.remote(num_gpus=1)(VllmInference).remote(cfg, 0)
+        actor = ray.remote(num_gpus=1)(VllmInference).remote(ActorSpec.planned(cfg))
         ray.get(actor.pid.remote())  # engine up, on the GPU Ray gave it
         torch.cuda.set_device(0)
         model = _hf_model(cfg)
@@ -186,9 +186,10 @@ def test_glm5_flash_engine_takes_bucketed_merged_weights():
 
 def test_glm5_flash_adapter_sync_with_experts_among_targets():
     """Adapter sync: vLLM needs `experts` among its LoRA targets on the MoE model, or it
-    fails with "LoRA context must be set" (DOMAIN.md section 4)."""
+    fails with "LoRA context must be set" (docs/model.md section 4)."""
     from launcher.contract.protocols import WeightUpdate
-    from launcher.workers.hf.lora import adapter_state, lora_kwargs, merged_items, wrap
+    from launcher.plan.lora import peft_kwargs
+    from launcher.workers.hf.lora import adapter_state, merged_items, wrap
     from launcher.workers.hf.model import VISION_PREFIX
     from launcher.workers.vllm import VllmInference
 
@@ -198,7 +199,7 @@ def test_glm5_flash_adapter_sync_with_experts_among_targets():
                   "inference.lora_targets=[o_proj,q_proj,v_proj,experts]")
     model = _hf_model(cfg)
     engine = VllmInference(ActorSpec.planned(cfg, 0))
-    kwargs = lora_kwargs(cfg.trainer.lora)
+    kwargs = peft_kwargs(cfg.trainer.lora)
     peft_model = wrap(model, dict(kwargs, init_lora_weights=False)).eval()
     # What the hf trainer sends on the first adapter sync: the frozen base, then the adapter.
     named = [("weights", n, t) for n, t in merged_items(peft_model, VISION_PREFIX, with_delta=False)]

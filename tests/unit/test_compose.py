@@ -44,6 +44,18 @@ def test_unknown_nested_key_names_full_key_and_closest():
     assert "`trainer.mesh.tp`" in f.message
 
 
+def test_a_key_added_with_plus_to_a_typed_section_is_unknown():
+    """`+` lifts Hydra's struct check; the schema still has no such key."""
+    f = _finding(["recipe=tiny_grpo", "+trainer.mesh.tpp=2"])
+    assert (f.id, f.key) == ("CFG001", "trainer.mesh.tpp") and "`trainer.mesh.tp`" in f.message
+    assert compose(["recipe=tiny_grpo", "+env.MY_FLAG=1"]).config.env["MY_FLAG"] == "1"  # free-form section
+
+
+def test_removing_a_schema_key_says_to_set_it_instead():
+    f = _finding(["recipe=tiny_grpo", "~trainer.mesh.tp"])
+    assert (f.id, f.key) == ("CFG001", "trainer.mesh.tp") and "trainer.mesh.tp=VALUE" in f.fix
+
+
 def test_unknown_section_names_closest_section():
     f = _finding(["trainr.mesh.tp=2"])
     assert f.id == "CFG001" and "`trainer`" in f.message

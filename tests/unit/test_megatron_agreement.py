@@ -66,7 +66,7 @@ PROJECT_ONLY = {
     "RECOMP001": "full recompute with mHC: the project's mHC layer does not thread megatron's checkpoint managers.",
     "RECOMP002": "layernorm / mlp with mHC: the project's layer keeps the norms and recomputes its MLP under `moe`.",
 }
-"""Project errors on configs megatron-core accepts: this project's own model rules (DOMAIN.md section 2)."""
+"""Project errors on configs megatron-core accepts: this project's own model rules (docs/model.md section 2)."""
 
 
 @dataclass(frozen=True)

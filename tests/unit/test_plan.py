@@ -1,6 +1,6 @@
 """The planner: exact parameter counts, mesh, placement, batch chain, memory, sync, timing, env.
 
-Numbers come from DOMAIN.md (sections 1-3 and 6); the HF comparison builds the real
+Numbers come from docs/model.md (sections 1-3 and 6); the HF comparison builds the real
 `Glm5NextForConditionalGeneration` on the meta device and counts its non-vision parameters.
 """
 import json

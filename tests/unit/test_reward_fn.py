@@ -84,7 +84,7 @@ def test_custom_reward_through_score_group(rewards_module):
 
     from launcher.contract.protocols import Generation
     from launcher.driver.rollout import score_group
-    from launcher.driver.runtime import generation_summary
+    from launcher.driver.step import generation_summary
     from launcher.rl.algorithm import make_algorithm
     from launcher.rl.tokenizer import CharTokenizer
 
@@ -110,7 +110,7 @@ def test_custom_reward_through_score_group(rewards_module):
 def test_custom_reward_errors_are_counted_in_step_metrics(rewards_module):
     from launcher.contract.protocols import Generation
     from launcher.driver.rollout import score_group
-    from launcher.driver.runtime import generation_summary
+    from launcher.driver.step import generation_summary
     from launcher.rl.algorithm import make_algorithm
     from launcher.rl.tokenizer import CharTokenizer
 

@@ -44,7 +44,7 @@ def test_step_metrics_count_truncated_and_penalised_responses():
     those the overlong penalty shaped (overlong_penalized_frac, overlong_penalty_mean)."""
     from launcher.contract.protocols import Generation
     from launcher.driver.rollout import score_group
-    from launcher.driver.runtime import generation_summary
+    from launcher.driver.step import generation_summary
     from launcher.rl.tasks import TASKS, Problem
     from launcher.rl.tokenizer import CharTokenizer
 

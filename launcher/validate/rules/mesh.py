@@ -1,4 +1,5 @@
-"""Trainer mesh rules (DOMAIN.md section 2): divisibility, mHC/KDA limits, sequence parallel."""
+"""Trainer mesh rules (docs/model.md section 2): divisibility, mHC/KDA limits, sequence parallel."""
+from launcher.config.schema.choices import TrainerBackendName
 from launcher.validate.registry import error, rule, warning
 
 
@@ -7,7 +8,7 @@ def world_divides(cfg, plan):
     """The trainer GPUs divide into tp x pp x cp."""
     m, world = cfg.trainer.mesh, plan.mesh.world
     if plan.mesh.dp is None:
-        yield error("MESH001", "trainer.mesh.tp",
+        yield error("trainer.mesh.tp",
                     f"{world} trainer GPUs do not divide by tp {m.tp} x pp {m.pp} x cp {m.cp} = {m.tp * m.pp * m.cp}",
                     "Megatron needs world = tp x pp x cp x dp with an integer dp >= 1.",
                     f"Choose tp x pp x cp among the divisors of {world}, or change the cluster/placement.")
@@ -17,7 +18,7 @@ def world_divides(cfg, plan):
 def pp_with_mhc(cfg, plan):
     """Pipeline parallel must be 1 for models with mHC."""
     if plan.arch.has_mhc and cfg.trainer.mesh.pp != 1:
-        yield error("MESH002", "trainer.mesh.pp",
+        yield error("trainer.mesh.pp",
                     f"trainer.mesh.pp={cfg.trainer.mesh.pp} with mHC (model.arch.hc_mult={cfg.model.arch.hc_mult})",
                     "megatron-core rejects hyper-connections with pipeline parallelism at model build.",
                     "Set trainer.mesh.pp=1 and use tp/ep for memory instead.")
@@ -27,7 +28,7 @@ def pp_with_mhc(cfg, plan):
 def cp_with_kda(cfg, plan):
     """Context parallel must be 1 for models with KDA layers."""
     if plan.arch.has_kda and cfg.trainer.mesh.cp != 1:
-        yield error("MESH003", "trainer.mesh.cp",
+        yield error("trainer.mesh.cp",
                     f"trainer.mesh.cp={cfg.trainer.mesh.cp} with KDA (linear_attention) layers",
                     "KDA has no context-parallel implementation: the recurrent state cannot be split by sequence.",
                     "Set trainer.mesh.cp=1; bound activations with max_tokens_per_microbatch and recompute.")
@@ -39,7 +40,7 @@ def expert_grid_divides(cfg, plan):
     m, world = plan.mesh, plan.mesh.world
     if m.edp is None:
         unset = " (etp unset: Megatron uses etp = tp)" if cfg.trainer.mesh.etp is None else ""
-        yield error("MESH004", "trainer.mesh.etp",
+        yield error("trainer.mesh.etp",
                     f"expert grid ep {m.ep} x etp {m.etp} x pp {m.pp} = {m.ep * m.etp * m.pp} does not divide "
                     f"{world} trainer GPUs{unset}",
                     "Experts are laid out on an ep x etp grid replicated edp times; initialize_model_parallel "
@@ -53,7 +54,7 @@ def experts_divide_ep(cfg, plan):
     n, ep = cfg.model.arch.n_routed_experts, cfg.trainer.mesh.ep
     if plan.arch.has_moe and n % ep:
         legal = [d for d in range(1, n + 1) if n % d == 0]
-        yield error("MESH005", "trainer.mesh.ep", f"model.arch.n_routed_experts={n} is not divisible by ep={ep}",
+        yield error("trainer.mesh.ep", f"model.arch.n_routed_experts={n} is not divisible by ep={ep}",
                     "Each EP rank holds n_routed_experts / ep whole experts (a bare assert when the MoE layer is built).",
                     f"Use an ep among {legal}.")
 
@@ -65,7 +66,7 @@ def heads_divide_tp(cfg, plan):
     checks = [("num_attention_heads", a.num_attention_heads, True), ("linear_num_heads", a.linear_num_heads, f.has_kda)]
     for name, heads, applies in checks:
         if applies and heads % tp:
-            yield error("MESH006", "trainer.mesh.tp", f"model.arch.{name}={heads} is not divisible by trainer.mesh.tp={tp}",
+            yield error("trainer.mesh.tp", f"model.arch.{name}={heads} is not divisible by trainer.mesh.tp={tp}",
                         "Tensor parallelism splits heads across ranks; a rank cannot hold a fraction of a head.",
                         f"Use a tp that divides {heads}.")
 
@@ -80,7 +81,7 @@ def widths_divide(cfg, plan):
     widths.append(("moe_intermediate_size", a.moe_intermediate_size, etp, "etp", f.has_moe))
     for name, width, size, axis, applies in widths:
         if applies and width % size:
-            yield error("MESH007", f"trainer.mesh.{axis}", f"model.arch.{name}={width} is not divisible by {axis}={size}",
+            yield error(f"trainer.mesh.{axis}", f"model.arch.{name}={width} is not divisible by {axis}={size}",
                         "Column/row-parallel linears split their width evenly across ranks.",
                         f"Use a {axis} that divides {width}.")
 
@@ -90,7 +91,7 @@ def sequence_parallel_needs_tp(cfg, plan):
     """sequence_parallel needs tp > 1."""
     m = cfg.trainer.mesh
     if m.sequence_parallel and m.tp == 1:
-        yield error("MESH008", "trainer.mesh.sequence_parallel", "sequence_parallel=true with tp=1",
+        yield error("trainer.mesh.sequence_parallel", "sequence_parallel=true with tp=1",
                     "Sequence parallelism shards activations inside the TP group; megatron-core rejects it without one.",
                     "Set trainer.mesh.sequence_parallel=false, or tp > 1.")
 
@@ -99,8 +100,8 @@ def sequence_parallel_needs_tp(cfg, plan):
 def moe_tp_needs_sequence_parallel(cfg, plan):
     """MoE with tp > 1 needs sequence_parallel."""
     m = cfg.trainer.mesh
-    if cfg.trainer.backend.value == "megatron" and plan.arch.has_moe and m.tp > 1 and not m.sequence_parallel:
-        yield error("MESH009", "trainer.mesh.sequence_parallel", f"MoE model with tp={m.tp} and sequence_parallel=false",
+    if cfg.trainer.backend is TrainerBackendName.megatron and plan.arch.has_moe and m.tp > 1 and not m.sequence_parallel:
+        yield error("trainer.mesh.sequence_parallel", f"MoE model with tp={m.tp} and sequence_parallel=false",
                     "megatron-core's MoE layer raises in its first training forward without sequence parallel "
                     "(the config only warns).",
                     "Set trainer.mesh.sequence_parallel=true.")
@@ -111,7 +112,7 @@ def etp_explicit(cfg, plan):
     """etp left unset resolves to tp (Megatron's default)."""
     m = cfg.trainer.mesh
     if m.etp is None and plan.arch.has_moe and m.tp > 1:
-        yield warning("MESH010", "trainer.mesh.etp", f"trainer.mesh.etp unset: resolved to tp={m.tp}",
+        yield warning("trainer.mesh.etp", f"trainer.mesh.etp unset: resolved to tp={m.tp}",
                       "Megatron's expert_tensor_parallel_size defaults to tp, not 1; most MoE layouts want 1.",
                       "Set trainer.mesh.etp explicitly (1 for MoE with ep > 1).")
 
@@ -121,7 +122,7 @@ def layers_divide_pp(cfg, plan):
     """num_hidden_layers divides by pp."""
     n, pp = cfg.model.arch.num_hidden_layers, cfg.trainer.mesh.pp
     if n % pp:
-        yield error("MESH011", "trainer.mesh.pp", f"model.arch.num_hidden_layers={n} is not divisible by pp={pp}",
+        yield error("trainer.mesh.pp", f"model.arch.num_hidden_layers={n} is not divisible by pp={pp}",
                     "Each pipeline stage holds the same number of layers; megatron-core does not check this in the config.",
                     f"Use a pp among {[d for d in range(1, n + 1) if n % d == 0]}.")
 
@@ -131,7 +132,7 @@ def cluster_has_gpus(cfg, plan):
     """The cluster has the GPUs the placement needs."""
     have = cfg.cluster.nodes * cfg.cluster.gpus_per_node
     if plan.placement.gpus_needed > have:
-        yield error("MESH012", "placement.trainer_nodes",
+        yield error("placement.trainer_nodes",
                     f"placement needs {plan.placement.gpus_needed} GPUs, cluster `{cfg.cluster.name}` has {have} "
                     f"({cfg.cluster.nodes} x {cfg.cluster.gpus_per_node})",
                     "Ray would wait forever for a placement group it cannot schedule.",

@@ -23,7 +23,7 @@ TOKENIZER_FILE = "tokenizer.json"
 def language_model_only(cfg, plan):
     """The vision tower is never trained."""
     if not cfg.model.language_model_only:
-        yield error("MODEL001", "model.language_model_only", "model.language_model_only=false",
+        yield error("model.language_model_only", "model.language_model_only=false",
                     "The trainer backends build and train the language model only; the vision tower has no "
                     "Megatron implementation here.", "Set model.language_model_only=true.")
 
@@ -33,7 +33,7 @@ def nope_mla(cfg, plan):
     """glm5_next MLA has no rotary part."""
     a = cfg.model.arch
     if plan.arch.is_glm5_next and a.qk_rope_head_dim > 0:
-        yield error("MODEL002", "model.arch.qk_rope_head_dim", f"model.arch.qk_rope_head_dim={a.qk_rope_head_dim}",
+        yield error("model.arch.qk_rope_head_dim", f"model.arch.qk_rope_head_dim={a.qk_rope_head_dim}",
                     "GLM-5.3-Flash attention is NoPE; HF glm5_next rejects a rotary width.",
                     "Set model.arch.qk_rope_head_dim=0.")
 
@@ -56,7 +56,7 @@ def hf_checkpoint_loads(cfg, plan):
 
 def _ckpt_error(message: str, why: str = "The trainer loads the architecture and weights from that folder.",
                 fix: str = "Point model.hf_path at a local HF checkpoint folder, or null for random init."):
-    return error("MODEL003", "model.hf_path", message, why, fix)
+    return error("model.hf_path", message, why, fix)
 
 
 def _config_problems(path: str, backend: str):
@@ -95,7 +95,7 @@ def layer_schedules(cfg, plan):
         schedules.append(("indexer_types", tuple(a.indexer_types), ("full", "shared")))
     for name, values, known in schedules:
         if len(values) != a.num_hidden_layers or not set(values) <= set(known):
-            yield error("MODEL004", f"model.arch.{name}",
+            yield error(f"model.arch.{name}",
                         f"model.arch.{name} has {len(values)} entries {sorted(set(values))} for "
                         f"{a.num_hidden_layers} layers",
                         "Each layer needs exactly one schedule entry from the known kinds.",
@@ -115,7 +115,7 @@ def shared_indexer_follows_full(cfg, plan):
             continue
         if i == 0 or layer_types[i - 1] != DSA or kinds[i - 1] != "full":
             before = "no layer" if i == 0 else f"layer {i - 1} ({layer_types[i - 1]}, indexer {kinds[i - 1]})"
-            yield error("MODEL005", "model.arch.indexer_types",
+            yield error("model.arch.indexer_types",
                         f"model.arch.indexer_types[{i}]=shared follows {before}",
                         "A shared indexer layer attends with the selection of the layer right before it, so that "
                         "layer must be indexed_attention with a 'full' indexer.",
@@ -141,7 +141,7 @@ def arch_matches_checkpoint(cfg, plan):
     listed = "; ".join(f"{name}: descriptor {mine!r} vs checkpoint {theirs!r}{implied.get(name, '')}"
                        for name, (mine, theirs) in differ.items())
     names = ", ".join(differ)
-    yield error("MODEL006", f"model.arch.{next(iter(differ))}" if len(differ) == 1 else "model.arch",
+    yield error(f"model.arch.{next(iter(differ))}" if len(differ) == 1 else "model.arch",
                 f"model.arch disagrees with {ckpt.config_file} in {len(differ)} field(s): {listed}",
                 "With model.hf_path set, the checkpoint's config.json is the architecture: the trainer and the "
                 "engines build its shapes, so the plan and every rule use its values; a different model.arch "
@@ -159,14 +159,14 @@ def tokenizer_fits(cfg, plan):
         return
     folder = resolve_data_path(path)
     if not (folder / TOKENIZER_FILE).is_file():
-        yield error("MODEL007", "model.tokenizer_path", f"model.tokenizer_path={path}: no {TOKENIZER_FILE} in {folder}",
+        yield error("model.tokenizer_path", f"model.tokenizer_path={path}: no {TOKENIZER_FILE} in {folder}",
                     "Every process of the run loads the tokenizer from that folder (transformers' fast tokenizer "
                     "file).", "Point it at a folder save_pretrained wrote (tokenizer.json, tokenizer_config.json), "
                     "or null for the checkpoint's or the built-in character tokenizer.")
         return
     ids = tokenizer_id_count(folder / TOKENIZER_FILE)
     if ids > cfg.model.arch.vocab_size:
-        yield error("MODEL007", "model.tokenizer_path",
+        yield error("model.tokenizer_path",
                     f"model.tokenizer_path={path} has {ids} token ids, more than model.arch.vocab_size="
                     f"{cfg.model.arch.vocab_size}", "Ids past the vocabulary have no embedding row; the first "
                     "prompt holding one would fail inside the forward.",

@@ -24,12 +24,12 @@ def shared_run_storage(cfg, plan):
         if path is None:
             continue
         if not PurePosixPath(path).is_absolute():
-            yield warning("RUN003", key, f"{key}={path!r} is relative on the Ray cluster at {cfg.cluster.ray_address}",
+            yield warning(key, f"{key}={path!r} is relative on the Ray cluster at {cfg.cluster.ray_address}",
                           "Trainer ranks write checkpoints from their own working directory (the shipped code's "
                           "copy on each node), so a relative path lands in a different folder per process.",
                           f"Set {key} to an absolute path on storage every node mounts (NFS, Lustre, ...).")
         elif root := _node_local_root(path):
-            yield warning("RUN003", key, f"{key}={path!r} is under {root}, which is local to each node",
+            yield warning(key, f"{key}={path!r} is under {root}, which is local to each node",
                           f"The driver and the trainer ranks on other nodes each see their own {root}: checkpoints "
                           "and metrics end up split across machines and resume finds none.",
                           f"Set {key} to an absolute path on storage every node mounts (NFS, Lustre, ...).")

@@ -5,27 +5,11 @@ this maps them to the HF module names. Routed experts are fused 3-D parameters i
 glm5_next, which peft's Linear LoRA cannot wrap, so the hf backend adapts everything
 else (attention, KDA, dense and shared-expert MLPs).
 """
-import re
 from collections.abc import Iterator
 
 import torch
 
-from model.names import ATTENTION_MODULES, MLP_PROJECTIONS
-
-MEGATRON_TO_HF = {**{m: [h] for m, h in ATTENTION_MODULES.items()}, **{m: list(p) for m, p in MLP_PROJECTIONS.items()}}
-"""Megatron target -> the module names it is in the checkpoint; transformers' in-memory
-module paths end the same way (`forget_gate.f_a_proj` ends in `.f_a_proj`)."""
 ADAPTER_NAME = "default"
-
-
-def lora_kwargs(lora_cfg) -> dict:
-    """peft LoraConfig arguments for `trainer.lora` (plain data: it is shipped to engines)."""
-    names = sorted({hf for t in lora_cfg.targets for hf in MEGATRON_TO_HF.get(t, [t])})
-    if not names:
-        raise ValueError("trainer.lora.rank > 0 needs trainer.lora.targets (e.g. [linear_proj, linear_fc1, q_proj])")
-    # A regex so the frozen vision tower never gets adapters.
-    pattern = r".*(language_model|model\.layers)\..*\.(" + "|".join(map(re.escape, names)) + r")$"
-    return {"r": lora_cfg.rank, "lora_alpha": lora_cfg.alpha, "target_modules": pattern, "lora_dropout": 0.0}
 
 
 def wrap(model: torch.nn.Module, kwargs: dict) -> torch.nn.Module:

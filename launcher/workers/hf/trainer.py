@@ -5,28 +5,24 @@ the whole mini-batch's normaliser (grpo.token_weights), so the sum is the exact
 single-process gradient whatever the split of sequences over ranks.
 """
 import copy
-import datetime
 import os
 import random
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 import torch
 import torch.distributed as dist
 
 from launcher.contract.errors import DamagedCheckpointError
-from launcher.contract.protocols import TrainShard, WeightUpdate
+from launcher.contract.protocols import TrainShard
 from launcher.contract.spec import ActorSpec
-from launcher.rl.algorithm import make_algorithm
-from launcher.rl.tokenizer import make_tokenizer
-from launcher.workers.batch import micro_batches, ungrid
+from launcher.workers.batch import MicroBatch, micro_batches
 from launcher.workers.hf import lora
 from launcher.workers.hf.compute import logits_of, target_logprobs
 from launcher.workers.hf.model import VISION_PREFIX, build_model, language_items, language_state
 from launcher.workers.hf.names import checkpoint_adapter_items, checkpoint_items
-from launcher.workers.loss import micro_loss
 from launcher.workers.registry import TRAINERS
-from launcher.workers.rendezvous import free_address
-from launcher.workers.stream import StreamedExport
+from launcher.workers.trainer_base import TrainerBase, clip_grad_norm, tagged
 
 MAX_REASON_CHARS = 120
 """Of torch.load's own message, in a damaged file's error (the rest is advice on pickles)."""
@@ -38,86 +34,46 @@ def _threads_from_env() -> None:
 
 
 @TRAINERS.register("hf")
-class HfTrainer(StreamedExport):
+class HfTrainer(TrainerBase):
     def __init__(self, spec: ActorSpec):
         _threads_from_env()
+        super().__init__(spec)
         config = spec.config
-        self.cfg, self.rank, self.world = config, spec.rank, spec.world
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.pad_id = make_tokenizer(config.model).pad_id
         model = build_model(config.model, self.pad_id, config.run.seed)
-        self.lora = lora.lora_kwargs(config.trainer.lora) if config.trainer.lora.rank > 0 else None
-        # Full fine-tuning keeps a frozen copy as the KL reference; LoRA disables its adapters.
-        self.ref = copy.deepcopy(model).eval() if config.algorithm.kl_coef > 0 and self.lora is None else None
+        self.ref = copy.deepcopy(model).eval() if self._keeps_frozen_ref else None
         self.model = (lora.wrap(model, self.lora) if self.lora else model).to(self.device)
+        self.runner = self.model
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         opt = config.trainer.optimizer
         self.optimizer = torch.optim.AdamW(self.params, lr=opt.lr, weight_decay=opt.weight_decay)
-        self.algorithm = make_algorithm(config.algorithm)
-        self.temperature = config.algorithm.temperature
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def master_address(self) -> tuple[str, int]:
-        """This rank's address and a free port, for rank 0 to host the process group."""
-        return free_address()
 
     def init_distributed(self, master_addr: str, master_port: int) -> None:
-        """The data-parallel group; a collective waiting longer than trainer.nccl_timeout_s fails."""
+        """The data-parallel group, every rank starting from rank 0's weights."""
         if self.world == 1:
             return
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
-                                rank=self.rank, world_size=self.world,
-                                timeout=datetime.timedelta(seconds=self.cfg.trainer.nccl_timeout_s))
+        self._join_process_group(master_addr, master_port)
         for param in self.model.parameters():
             dist.broadcast(param.data, src=0)
 
-    def _forward(self, model, mb, with_entropy: bool):
+    def _micro_batches(self, shard: TrainShard) -> list[MicroBatch]:
+        return micro_batches(shard.sequences, shard.prompt_lens, self.pad_id, self.cfg.trainer.max_tokens_per_microbatch)
+
+    def _logp_grid(self, model, mb: MicroBatch, with_entropy: bool):
         logits_BTV = logits_of(model, mb.ids_BT.to(self.device))
         return target_logprobs(logits_BTV, mb.ids_BT.to(self.device), self.temperature, with_entropy)
 
-    @torch.no_grad()
-    def logprobs(self, shard: TrainShard) -> list[list[float]]:
-        self.model.eval()
-        out: list[list[float]] = [[] for _ in shard.sequences]
-        for mb in micro_batches(shard.sequences, shard.prompt_lens, self.pad_id, self._budget()):
-            logp_BT, _ = self._forward(self.model, mb, with_entropy=False)
-            for r, values in zip(mb.rows, ungrid(logp_BT.cpu(), mb, shard.prompt_lens, shard.sequences), strict=True):
-                out[r] = values
-        return out
+    def _adapters_off(self) -> AbstractContextManager:
+        return self.model.disable_adapter()
 
-    def _budget(self) -> int:
-        return self.cfg.trainer.max_tokens_per_microbatch
-
-    @torch.no_grad()
-    def _ref_logprobs(self, mb) -> torch.Tensor:
-        if self.ref is not None:
-            return self._forward(self.ref, mb, with_entropy=False)[0]
-        with self.model.disable_adapter():
-            return self._forward(self.model, mb, with_entropy=False)[0]
-
-    def _micro_loss(self, shard: TrainShard, mb) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        logp_BT, entropy_BT = self._forward(self.model, mb, with_entropy=True)
-        return micro_loss(self.algorithm, shard, mb, logp_BT, entropy_BT, lambda: self._ref_logprobs(mb))
-
-    def train_step(self, shard: TrainShard) -> dict[str, float]:
-        """One optimizer step on this rank's share of a mini-batch; returns summed statistics."""
-        self.model.train()
+    def _zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=False)
-        sums = {"loss": 0.0, "tokens": 0.0}
-        for mb in micro_batches(shard.sequences, shard.prompt_lens, self.pad_id, self._budget()):
-            loss, stats = self._micro_loss(shard, mb)
-            loss.backward()
-            sums["loss"] += float(loss.detach())
-            sums["tokens"] += float(mb.mask_BT.sum())
-            for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
+
+    def _step(self) -> float:
         self._all_reduce_grads()
-        sums["grad_norm"] = float(self._clip())
+        grad_norm = clip_grad_norm(self.params, self.cfg.trainer.optimizer.grad_clip)
         self.optimizer.step()
-        return sums
+        return grad_norm
 
     def _all_reduce_grads(self) -> None:
         for param in self.params:
@@ -132,29 +88,21 @@ class HfTrainer(StreamedExport):
             param.grad.copy_(flat[offset: offset + param.numel()].view_as(param))
             offset += param.numel()
 
-    def _clip(self) -> torch.Tensor:
-        max_norm = self.cfg.trainer.optimizer.grad_clip
-        return torch.nn.utils.clip_grad_norm_(self.params, max_norm if max_norm > 0 else float("inf"))
-
-    def _update_header(self, version: int, with_base: bool) -> WeightUpdate:
-        adapter = self.lora if self.lora is not None and not self.cfg.trainer.lora.merge else None
-        return WeightUpdate(version, adapter=adapter, with_base=with_base and adapter is not None)
-
     def _weight_stream(self, with_base: bool) -> Iterator[tuple[str, str, torch.Tensor]]:
         """For the engines (StreamedExport): the model, the LoRA-merged model, or the
         adapter (after its frozen base when `with_base`), one tensor at a time, under the
         checkpoint's names (what every engine loads)."""
         if self.lora is None:
-            yield from _tagged("weights", checkpoint_items(self.model, language_items(self.model)))
+            yield from tagged("weights", checkpoint_items(self.model, language_items(self.model)))
             return
         base = self.model.get_base_model()
-        if self.cfg.trainer.lora.merge:
-            yield from _tagged("weights", checkpoint_items(base, lora.merged_items(self.model, VISION_PREFIX)))
+        if self.sync_kind == "merged":
+            yield from tagged("weights", checkpoint_items(base, lora.merged_items(self.model, VISION_PREFIX)))
             return
         if with_base:
             merged = lora.merged_items(self.model, VISION_PREFIX, with_delta=False)
-            yield from _tagged("weights", checkpoint_items(base, merged))
-        yield from _tagged("adapter", checkpoint_adapter_items(base, lora.adapter_state(self.model).items()))
+            yield from tagged("weights", checkpoint_items(base, merged))
+        yield from tagged("adapter", checkpoint_adapter_items(base, lora.adapter_state(self.model).items()))
 
     def save_checkpoint(self, path: str, async_write: bool = False) -> None:
         """Rank 0: weights (or adapter) and optimizer; every rank: its RNG states. All of it
@@ -207,10 +155,6 @@ class HfTrainer(StreamedExport):
                     state[key] = value.to(device)
         if device.type == "cpu":
             torch.cuda.empty_cache()
-
-
-def _tagged(kind: str, named) -> Iterator[tuple[str, str, torch.Tensor]]:
-    return ((kind, name, tensor) for name, tensor in named)
 
 
 def _to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

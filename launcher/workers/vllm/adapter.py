@@ -1,7 +1,7 @@
 """A trainer's LoRA adapter (WeightUpdate.adapter + tensors) as the PEFT folder vLLM loads.
 
 vLLM's LoRARequest takes a path, so each version is written as adapter_config.json +
-adapter_model.safetensors (a few hundred MB for GLM-5.3-Flash, DOMAIN.md section 4) into
+adapter_model.safetensors (a few hundred MB for GLM-5.3-Flash, docs/model.md section 4) into
 one folder per engine that each version overwrites.
 """
 import os

@@ -6,10 +6,9 @@ targets, sleep mode. Kept free of vllm so it is unit-tested in the project's mai
 """
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan import Plan
+from launcher.plan.lora import VLLM_LORA_RANKS
 from launcher.workers.vllm.transfer import transfer_backend
 
-# vLLM's LoRAConfig.max_lora_rank only takes these values (DOMAIN.md section 4).
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # The smallest KV cache a CPU engine gets: vLLM needs room for at least one full block
 # per sequence, and the tiny recipes' planned cache is a few hundred KiB.
 _MIN_CPU_CACHE_BYTES = 32 << 20
@@ -27,11 +26,6 @@ def vllm_lora_rank(rank: int) -> int:
     raise ValueError(f"trainer.lora.rank={rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
 
 
-def adapter_sync(cfg: LauncherConfig) -> bool:
-    """True when engines receive LoRA adapters instead of merged weights."""
-    return cfg.trainer.lora.rank > 0 and not cfg.trainer.lora.merge
-
-
 def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: bool, seed: int) -> dict:
     """Keyword arguments for `vllm.LLM(...)` for one engine.
 
@@ -40,6 +34,7 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
     weight transfers do not exist there (weights arrive in buckets, worker.py).
     """
     inf = cfg.inference
+    adapter_sync = plan.sync.kind == "adapter"
     colocated = cfg.placement.mode.value == "colocated"
     kwargs = dict(
         model=model_path,
@@ -69,12 +64,12 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
     else:
         kwargs.update(gpu_memory_utilization=inf.gpu_memory_utilization,
                       enable_sleep_mode=colocated and plan.memory.sleep_level > 0)
-        if not adapter_sync(cfg):
+        if not adapter_sync:
             kwargs["weight_transfer_config"] = {"backend": transfer_backend(cfg)}
     if inf.tp > 1 and not on_cpu:
         # One worker per GPU of the engine, placed by vLLM's Ray executor (ray_executor_env).
         kwargs["distributed_executor_backend"] = "ray"
-    if adapter_sync(cfg):
+    if adapter_sync:
         kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(cfg.trainer.lora.rank))
         if inf.lora_targets:
             kwargs["lora_target_modules"] = list(inf.lora_targets)

@@ -11,11 +11,11 @@ import logging
 import os
 from collections import deque
 
-from launcher.contract.base_identity import checkpoint_base
 from launcher.contract.protocols import Generation, GenerationRequest
+from launcher.workers.engine_base import ServedWeights
 from launcher.workers.manifest import SyncManifest
 from launcher.workers.vllm._model_dir import engine_model_dir
-from launcher.workers.vllm.args import adapter_sync, engine_kwargs, ray_executor_env, supported_kwargs
+from launcher.workers.vllm.args import engine_kwargs, ray_executor_env, supported_kwargs
 from launcher.workers.vllm.glm_start import prepare_glm_engine
 from launcher.workers.vllm.sampling import tokens_and_logprobs, vllm_sampling_params
 from launcher.workers.vllm.transfer import engine_rank_offset
@@ -64,7 +64,7 @@ def _engine_arg_names() -> list[str]:
     return [f.name for f in dataclasses.fields(EngineArgs)]
 
 
-class VllmEngine:
+class VllmEngine(ServedWeights):
     def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int, engine_index: int = 0):
         _set_process_env()
         try:
@@ -80,11 +80,12 @@ class VllmEngine:
         self.eos_id = eos_id
         self.concurrency = cfg.inference.concurrency_per_engine
         self.engine_index, self.tp = engine_index, cfg.inference.tp
-        self.adapter_sync = adapter_sync(cfg)
+        self.sync_kind = plan.sync.kind
+        """What every sync ships (plan/sync.py sync_kind): "adapter" engines start with LoRA."""
         if not self.on_cpu:
             os.environ.update(ray_executor_env(cfg, plan, engine_index))
         if plan.arch.is_glm5_next:
-            prepare_glm_engine(on_cuda=current_platform.is_cuda(), adapter_sync=self.adapter_sync,
+            prepare_glm_engine(on_cuda=current_platform.is_cuda(), adapter_sync=self.sync_kind == "adapter",
                                engine_index=engine_index)
         for logger_name, suffix in _EXPECTED_WARNINGS:
             logging.getLogger(logger_name).addFilter(_DropMessage(suffix))
@@ -97,11 +98,7 @@ class VllmEngine:
         self.transfer_backend: str | None = kwargs.get("weight_transfer_config", {}).get("backend")
         """"ipc" / "nccl" when the trainer pushes merged weights over the GPU transfer, else None."""
         self.llm = LLM(**kwargs)
-        self.checkpoint = checkpoint_base(cfg.model.hf_path)
-        """The folder vLLM loaded the weights from ({"hf_path", "sha256"}); None: dummy weights."""
-        self.version = 0
-        self.has_weights = True
-        """False after a level-2 sleep until merged weights (or an adapter's base) arrive."""
+        super().__init__(cfg.model.hf_path)
         self._asleep: set[str] = set()
         self._told_no_sleep = False
         self._lora = None
@@ -141,11 +138,6 @@ class VllmEngine:
                     results[in_flight.pop(output.request_id)] = tokens_and_logprobs(output.outputs[0])
         tokens, logprobs, finished = (list(column) for column in zip(*results, strict=True))
         return Generation(tokens=tokens, logprobs=logprobs, finished=finished, policy_version=self.version)
-
-    def loaded_base(self) -> dict | None:
-        """The checkpoint whose weights the engine serves, while it holds them (not after a
-        level-2 sleep): the driver then skips pushing the same frozen base (weight_sync.py)."""
-        return self.checkpoint if self.has_weights else None
 
     # ---- colocation -------------------------------------------------------------------------
 
@@ -198,9 +190,7 @@ class VllmEngine:
 
     def finish_weight_update(self, version: int) -> None:
         self.llm.collective_rpc("finish_weight_reload")
-        self._check_manifest(version)
-        self.has_weights = True
-        self._updated(version)
+        self._serve_reloaded(version)
 
     def _open_manifest(self) -> None:
         if self._expected is None:
@@ -209,12 +199,15 @@ class VllmEngine:
             self._expected = expected_shapes(self._model_cfg, self._pad_id)
         self._manifest = SyncManifest(self._expected, who=f"vllm engine {self.engine_index}")
 
-    def _check_manifest(self, version: int) -> None:
-        """Every full update ends here: missing, unexpected, repeated or misshapen names fail it
-        (after the reload is closed, so the engine stays usable for the next update)."""
+    def _serve_reloaded(self, version: int) -> None:
+        """Every full update ends here, after the reload is closed (so a failed one leaves the
+        engine usable for the next): missing, unexpected, repeated or misshapen names fail it;
+        otherwise the engine serves the new weights as `version`."""
         manifest, self._manifest = self._manifest, None
         if manifest is not None:
             manifest.check(version, full=True)
+        self.has_weights = True
+        self._updated(version)
 
     def _updated(self, version: int) -> None:
         # Cached prefixes hold K/V computed by the old weights.
@@ -229,11 +222,10 @@ class VllmEngine:
         One adapter slot (id 1) is reloaded in place each version, eagerly here, so requests
         never trigger a load and the engine never caches stale versions.
         """
-        if not self.adapter_sync:
-            raise RuntimeError("engine started without LoRA (trainer.lora.merge is true); sync merged weights instead")
-        if not self.has_weights:
-            raise RuntimeError(f"vllm engine {self.engine_index} dropped its weights (sleep level 2) and got only an "
-                               "adapter; send the base with it (begin_export(with_base=True))")
+        if self.sync_kind != "adapter":
+            raise RuntimeError(f"vllm engine {self.engine_index} started without LoRA (plan.sync.kind="
+                               f"{self.sync_kind}: trainer.lora.merge is true or trainer.lora.rank 0); sync "
+                               "merged weights instead")
         from vllm.lora.request import LoRARequest
 
         self._wake_weights()
@@ -261,9 +253,7 @@ class VllmEngine:
         self.llm.finish_weight_update()
         self.llm.collective_rpc("clear_derived_caches")  # GLM's caches of the old weights (worker.py)
         version = int(weight_version) if weight_version is not None else self.version + 1
-        self._check_manifest(version)
-        self.has_weights = True
-        self._updated(version)
+        self._serve_reloaded(version)
 
     def transfer_shutdown(self) -> None:
         self.llm.shutdown_weight_transfer_engine()

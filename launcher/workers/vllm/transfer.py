@@ -14,12 +14,13 @@ rank (rank 0 drives the engines, the others join the gathers). The trainer backe
 that through launcher/workers/stream.py (connect_weight_transfer / send_weights),
 which the loop uses whenever the engines report a transfer (weight_transfer()).
 """
+from launcher.config.schema.choices import PlacementMode
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan.sync import transfer_buffer_bytes
 
 
 def transfer_backend(cfg: LauncherConfig) -> str:
-    return "ipc" if cfg.placement.mode.value == "colocated" else "nccl"
+    return "ipc" if cfg.placement.mode is PlacementMode.colocated else "nccl"
 
 
 class EngineGroupClient:

@@ -1,13 +1,13 @@
 """Which fused op moves the Megatron model's bf16 logits off HF's (issue 6).
 
-    PYTHONPATH=. python benchmarks/megatron_parity_bisect.py --model glm5_3_flash_4layer --out bisect.json
+    PYTHONPATH=. python benchmarks/investigations/megatron_parity_bisect.py --model glm5_3_flash_4layer --out bisect.json
     smoke test (CPU):  ... --device cpu --model tiny --tokens 256
 
 On the random-init 4-layer slice an ulp anywhere upstream of a router or the DSA indexer
 can flip a top-k choice, so per-token KL to HF measures how bitwise the forward is. One
 sequence, HF's logits once; then the Megatron model with every forward-fused function
 compiled, with all of them eager, and with one at a time eager.
-`results/megatron_h200_parity_bisect.json` holds this script's runs at commits a5838bf and
+`benchmarks/results/megatron_h200_parity_bisect.json` holds this script's runs at commits a5838bf and
 04713a7, when the RMS norm, the mHC coefficients, hc_merge and the KDA decay and gated
 norm were fused too; those runs are why their forwards are eager now.
 """

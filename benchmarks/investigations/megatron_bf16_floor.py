@@ -6,7 +6,7 @@ noise), HF fp32 vs Megatron bf16, and HF bf16 vs Megatron bf16 (what the GPU che
 If Megatron bf16 is as close to the fp32 truth as HF bf16 is, the gap between the two bf16
 models is noise, not a mapping or math error.
 
-    .venv/bin/python benchmarks/megatron_bf16_floor.py
+    .venv/bin/python benchmarks/investigations/megatron_bf16_floor.py
 """
 import json
 import tempfile

@@ -1,6 +1,6 @@
 """Where one fwd+bwd step goes on one GPU, HF glm5_next next to the Megatron model (issue 6).
 
-    PYTHONPATH=. python benchmarks/megatron_profile.py --model glm5_3_flash_4layer --compiled --out profile.json
+    PYTHONPATH=. python benchmarks/investigations/megatron_profile.py --model glm5_3_flash_4layer --compiled --out profile.json
     smoke test (CPU):  ... --device cpu --model tiny --tokens 256
 
 For each model: median step seconds, the CUDA kernel time summed over the step and the

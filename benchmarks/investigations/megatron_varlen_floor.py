@@ -9,7 +9,7 @@ With --segments it instead compares, per sequence of the packed batch, HF (one s
 a time), Megatron one sequence at a time, and Megatron packed; --per-seq-kda makes the packed
 run call the fixed-length kernel per sequence instead of the varlen one.
 
-    PYTHONPATH=. python benchmarks/megatron_varlen_floor.py
+    PYTHONPATH=. python benchmarks/investigations/megatron_varlen_floor.py
 """
 import json
 

@@ -1,6 +1,6 @@
 """Where does packing change the Megatron model's bf16 output? (issue 6: packed-batch KL)
 
-    PYTHONPATH=. python benchmarks/megatron_packed_diag.py --out packed_diag.json
+    PYTHONPATH=. python benchmarks/investigations/megatron_packed_diag.py --out packed_diag.json
 
 On CPU in fp32 a sequence gives the same logits alone and packed with others (max |diff|
 3e-7, KL 1e-9: the masks and per-sequence loops are right). On the H200 in bf16 the 4-layer

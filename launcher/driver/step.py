@@ -1,0 +1,92 @@
+"""The pieces of one RL step that both loops run the same way: prompts out to the engines,
+finished chunks back as scored groups, DAPO's keep test, the timed train call, and the
+step's metrics row.
+
+What differs stays in the loops: loop_sync.py generates, then trains, in lockstep (and
+regenerates for DAPO's shortfall); loop_async.py overlaps the two through a bounded queue.
+"""
+import time
+from dataclasses import dataclass
+
+import torch
+
+from launcher.driver.rollout import Group, make_chunks, sampling_params, score_group, split_generation
+from launcher.driver.runtime import Runtime
+from launcher.driver.train import train_on_groups
+from launcher.rl.tasks import Problem
+
+
+@dataclass
+class Chunk:
+    """What the driver keeps of a chunk it sent: the problems and token ids it was cut
+    from (a whole round's in the sync loop, the chunk's own in the async one) and which
+    of them (`members`) it holds, in the order of its generations."""
+
+    problems: list[Problem]
+    prompt_ids: list[list[int]]
+    members: list[int]
+
+
+def send_prompts(rt: Runtime, n_prompts: int, groups_per_chunk: int, seed_of, first_chunk: int = 0) -> dict:
+    """Take the stream's next n_prompts problems (advancing state.data_position, the resume
+    point), cut them into chunks of groups_per_chunk groups and send each to an engine;
+    `seed_of(c)` is chunk c's sampling seed. Returns {ObjectRef: Chunk}."""
+    problems = rt.stream.take(rt.state.data_position, n_prompts)
+    rt.state.data_position += n_prompts
+    prompt_ids = [rt.tokenizer.encode(p.prompt) for p in problems]
+    chunks = make_chunks(prompt_ids, rt.config.algorithm.samples_per_prompt, groups_per_chunk,
+                         sampling_params(rt.config.algorithm), seed_of)
+    return {rt.engines.submit(request, first_chunk + c): Chunk(problems, prompt_ids, members)
+            for c, (members, request) in enumerate(chunks)}
+
+
+def collect_scored(rt: Runtime, pending: dict, timeout_s: float | None = None) -> list[tuple[int, Group]]:
+    """Pop the chunks of `pending` (from send_prompts) that are done and score them:
+    (index into the chunk's problems, Group) per group. Without timeout_s this waits for
+    one chunk; with it, it takes whatever finished within timeout_s (maybe nothing)."""
+    samples, scored = rt.config.algorithm.samples_per_prompt, []
+    for ref in rt.engines.wait_done(list(pending), timeout_s=timeout_s):
+        chunk, gen = pending.pop(ref), rt.engines.result(ref)
+        for g, rows in split_generation(chunk.members, gen, samples):
+            scored.append((g, score_group(chunk.problems[g], chunk.prompt_ids[g], gen, rows, rt.scorer,
+                                          rt.tokenizer, rt.algorithm)))
+    return scored
+
+
+def keep_on_task_rewards(keep_group, group: Group) -> bool:
+    """DAPO dynamic sampling's test (`algorithm.keep_group`), taken on the task's rewards:
+    on the shaped ones the overlong penalty alone would keep an all-wrong group whose
+    responses differ in length, and training on it teaches "stop at once"."""
+    return keep_group(torch.tensor(group.task_rewards))
+
+
+def timed_train(rt: Runtime, groups: list[Group]) -> tuple[dict, float]:
+    """train.train_on_groups on the step's groups: (train metrics, seconds it took)."""
+    started = time.monotonic()
+    metrics = train_on_groups(rt.trainers, groups, rt.config.algorithm, rt.algorithm)
+    return metrics, time.monotonic() - started
+
+
+def step_metrics(rt: Runtime, gen: dict, train: dict, *, train_s: float, sync_s: float, step_s: float,
+                 other_s: float, **loop_own) -> dict:
+    """The row of step `state.step` (metrics.py says what `kl` is): the generation summary
+    `gen`, the train metrics (none when DAPO kept no group), the timings and whatever is
+    the loop's own (`loop_own`: rollout_s, staleness, queue and drop counts)."""
+    kl = train.get("kl_ref", train.get("rollout_kl", 0.0))
+    return {"step": rt.state.step, **gen, **train, **loop_own, "kl": kl, "train_s": train_s, "sync_s": sync_s,
+            "step_s": step_s, "other_s": other_s, "tokens_per_s": gen["generated_tokens"] / max(step_s, 1e-9),
+            "policy_version": rt.state.policy_version, "data_position": rt.state.data_position}
+
+
+def generation_summary(groups_seen: list[Group], seconds: float) -> dict:
+    """Reward, accuracy and length over every sample generated (dropped groups included)."""
+    rewards = [r for g in groups_seen for r in g.task_rewards]
+    correct = [c for g in groups_seen for c in g.correct]
+    lengths = [len(t) for g in groups_seen for t in g.responses]
+    shaping = [s - r for g in groups_seen for s, r in zip(g.rewards, g.task_rewards, strict=True)]
+    n = max(len(rewards), 1)
+    return {"reward": sum(rewards) / n, "accuracy": sum(correct) / n, "response_len": sum(lengths) / n,
+            "generated_tokens": sum(lengths), "groups_generated": len(groups_seen), "gen_s": seconds,
+            "reward_errors": sum(g.reward_errors for g in groups_seen),
+            "truncated_frac": sum(g.truncated for g in groups_seen) / n,
+            "overlong_penalized_frac": sum(d < 0 for d in shaping) / n, "overlong_penalty_mean": sum(shaping) / n}
