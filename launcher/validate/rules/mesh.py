@@ -20,7 +20,8 @@ def pp_with_mhc(cfg, plan):
     if plan.arch.has_mhc and cfg.trainer.mesh.pp != 1:
         yield error("trainer.mesh.pp",
                     f"trainer.mesh.pp={cfg.trainer.mesh.pp} with mHC (model.arch.hc_mult={cfg.model.arch.hc_mult})",
-                    "megatron-core rejects hyper-connections with pipeline parallelism at model build.",
+                    "megatron-core 0.19.2 has no mHC; this project's model keeps the hc_mult residual streams in "
+                    "one stage, so the trainer refuses pp > 1 at build, after launch.",
                     "Set trainer.mesh.pp=1 and use tp/ep for memory instead.")
 
 
@@ -137,3 +138,23 @@ def cluster_has_gpus(cfg, plan):
                     f"({cfg.cluster.nodes} x {cfg.cluster.gpus_per_node})",
                     "Ray would wait forever for a placement group it cannot schedule.",
                     "Lower placement.trainer_nodes / inference_nodes or pick a larger cluster.")
+
+
+@rule("MESH013")
+def megatron_fixed_layout(cfg, plan):
+    """The megatron backend builds pp=1, cp=1 and sequence parallel with tp > 1, for every model
+    (the mHC, KDA and MoE cases are MESH002, MESH003 and MESH009)."""
+    m = cfg.trainer.mesh
+    if cfg.trainer.backend is not TrainerBackendName.megatron:
+        return
+    for key, size, covered in (("pp", m.pp, plan.arch.has_mhc), ("cp", m.cp, plan.arch.has_kda)):
+        if size != 1 and not covered:
+            yield error(f"trainer.mesh.{key}", f"trainer.mesh.{key}={size} with trainer.backend=megatron",
+                        "This project's Megatron model (model/megatron) has no pipeline stages and no "
+                        "context-parallel split for any model: the trainer refuses it at build, after launch.",
+                        f"Set trainer.mesh.{key}=1 and use tp/ep/dp for memory.")
+    if m.tp > 1 and not m.sequence_parallel and not plan.arch.has_moe:
+        yield error("trainer.mesh.sequence_parallel", f"sequence_parallel=false with tp={m.tp} on the megatron backend",
+                    "This project's Megatron layers always shard activations across the TP group when tp > 1 "
+                    "(model/megatron/parallel.py), so the setting would be ignored.",
+                    "Set trainer.mesh.sequence_parallel=true (or tp=1).")
