@@ -55,7 +55,8 @@ def main(overrides: list[str]) -> int:
         if code != 0:
             return code
         rows = (Path(out) / "overhead" / "metrics.jsonl").read_text().splitlines()
-        print(table([json.loads(r) for r in rows]))
+        steps = [row for row in map(json.loads, rows) if "step_s" in row]  # eval rows have no step timings
+        print(table(steps))
     return 0
 
 
