@@ -338,3 +338,15 @@ def test_derived_values_are_logged_with_their_origin(point):
     for key in ("params.total", "mesh.dp", "mesh.edp", "mesh.experts_per_gpu", "batch.sequences_per_step"):
         assert key in origins and " from " in origins[key]
     assert "128" in origins["batch.sequences_per_step"] and "12" in origins["batch.sequences_per_step"]
+
+
+def test_lora_targets_are_modules_of_the_name_table():
+    """The planner's LoRA targets (layer kind, TP sharding) name the same Megatron modules as
+    model/names.py, and each sits in the layer kind whose table holds it."""
+    from launcher.plan.arch import DSA, KDA
+    from launcher.plan.lora import ATTENTION_TARGETS, MLP_TARGETS
+    from model.names import ATTENTION_MODULES, KDA_TABLE, MLA_TABLE, MLP_PROJECTIONS
+
+    assert set(ATTENTION_TARGETS) <= set(ATTENTION_MODULES) and set(MLP_TARGETS) == set(MLP_PROJECTIONS)
+    in_table = {DSA: {m.split(".")[1] for m, _, _ in MLA_TABLE}, KDA: {m.split(".")[1] for m, _, _ in KDA_TABLE}}
+    assert all(name in in_table[kind] for name, (kind, _) in ATTENTION_TARGETS.items())
