@@ -11,6 +11,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from launcher.config.schema.choices import PlacementMode
 from launcher.driver.cluster import gpu_resource, ray_session
 from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
 from launcher.driver.placement import Placement, PlacementError
@@ -78,7 +79,7 @@ def place_groups(config, plan, embedded: bool, with_engines: bool = True):
     placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(embedded), embedded, where)
     placement.ready(PLACEMENT_TIMEOUT_S)
 
-    colocated = plan.placement.mode == "colocated"
+    colocated = config.placement.mode is PlacementMode.colocated
     engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement) if with_engines \
         else None
     if engines is not None and colocated:

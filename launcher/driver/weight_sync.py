@@ -27,7 +27,7 @@ import collections
 from dataclasses import dataclass, field
 
 from launcher.contract.base_identity import checkpoint_base
-from launcher.plan.sync import BUCKET_BYTES, MAX_BUCKETS_ALIVE, sync_kind
+from launcher.plan.sync import BUCKET_BYTES, MAX_BUCKETS_ALIVE, SyncKind, sync_kind
 
 
 @dataclass
@@ -49,7 +49,7 @@ def engines_hold_base(engines, config) -> bool:
     the checkpoint model.hf_path (same folder, same sha256 of its index) it loaded at start;
     then a sync asked to send the base (the first one) sends only the adapter. A random init
     has no such base, and an engine that dropped its weights (sleep level 2) reports none."""
-    if sync_kind(config) != "adapter" or not config.model.hf_path:
+    if sync_kind(config) is not SyncKind.adapter or not config.model.hf_path:
         return False
     expected = checkpoint_base(config.model.hf_path)
     return all(loaded == expected for loaded in engines.call("loaded_base"))

@@ -11,13 +11,14 @@ sync brings the weights back. Which is right follows from what the next sync sen
 """
 from launcher.config.schema.choices import PlacementMode
 from launcher.config.schema.root import LauncherConfig
+from launcher.plan.sync import SyncKind
 
 
-def derived_sleep_level(colocated: bool, sync_kind: str) -> tuple[int, str]:
+def derived_sleep_level(colocated: bool, sync_kind: SyncKind) -> tuple[int, str]:
     """(level, why) for a null inference.sleep_level."""
     if not colocated:
         return 0, "async placement: engines own their GPUs and never sleep"
-    if sync_kind == "adapter":
+    if sync_kind is SyncKind.adapter:
         return 1, "adapter sync, colocated: the base stays in host RAM while asleep; only adapters move"
     return 2, f"{sync_kind} sync, colocated: every sync re-sends the whole model, so sleeping engines drop theirs"
 

@@ -9,7 +9,7 @@ from launcher.config.schema.choices import GpuArch, InferenceBackendName, Traine
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan.arch import ArchFacts
-from launcher.plan.sync import sync_kind
+from launcher.plan.sync import SyncKind, sync_kind
 
 PRE_BLACKWELL = (GpuArch.ampere, GpuArch.ada, GpuArch.hopper)
 
@@ -29,7 +29,7 @@ def plan_env(cfg: LauncherConfig, f: ArchFacts, driver_env: Mapping[str, str], l
     env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     if cfg.inference.backend is InferenceBackendName.vllm:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in the actor's process: weights reload in place
-        if sync_kind(cfg) == "adapter":
+        if sync_kind(cfg) is SyncKind.adapter:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if arch is GpuArch.cpu:
         env["OMP_NUM_THREADS"] = "1"  # one thread per worker: trainer ranks and engines share few cores

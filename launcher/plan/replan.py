@@ -24,6 +24,7 @@ def _candidates(a, target: int, dp: int):
 def replan_keeping(composed, keep: list[str], plan_and_check):
     """Return (composed, findings, plan) for the adjusted config; raises ConfigError on unknown keeps."""
     from launcher.config.compose import compose
+    from launcher.config.schema.choices import PlacementMode
     from launcher.errors import ConfigError, Finding
 
     unknown = [k for k in keep if k not in KEEPABLE]
@@ -32,7 +33,7 @@ def replan_keeping(composed, keep: list[str], plan_and_check):
                                    "Only these quantities are re-planned.", f"Use --keep with one of {list(KEEPABLE)}.")])
     findings, plan = plan_and_check(composed)
     cfg, extra = composed.config, []
-    if plan.placement.mode == "colocated" and cfg.inference.tp:
+    if cfg.placement.mode is PlacementMode.colocated and cfg.inference.tp:
         extra.append(f"inference.engines={plan.mesh.trainer_gpus // cfg.inference.tp}")
     if plan.mesh.dp:
         extra += next(_candidates(cfg.algorithm, plan.batch.sequences_per_step, plan.mesh.dp), [])

@@ -9,6 +9,7 @@ engine in parallel). Async engines receive over the network, limited by
 both the trainer nodes' NICs (all engines' copies leave through them) and the engine's own.
 """
 from dataclasses import dataclass
+from enum import StrEnum
 
 from launcher.config.schema.choices import GpuArch, InferenceBackendName, PlacementMode
 from launcher.config.schema.model import ArchConfig
@@ -116,9 +117,20 @@ def bucketed_seconds(nbytes: float, transport: str) -> float:
     return nbytes / (LINK_GIB_PER_S[transport] * GIB) + buckets * SYNC_BUCKET_OVERHEAD_S
 
 
+class SyncKind(StrEnum):
+    """What every weight sync ships. A StrEnum: the plan's JSON and tables print the value."""
+
+    adapter = "adapter"
+    """The LoRA adapter (trainer.lora.merge false); the engines keep the frozen base."""
+    merged = "merged"
+    """The base with the adapter merged in."""
+    full = "full"
+    """Every weight (full fine-tuning)."""
+
+
 @dataclass
 class SyncPlan:
-    kind: str
+    kind: SyncKind
     """merged | adapter | full (full fine-tuning ships the whole model, like merged)."""
     bytes_per_engine: int
     gib_per_engine: float
@@ -135,18 +147,17 @@ class SyncPlan:
     """How buckets reach the engines (bucket_transport): the trainer group applies it."""
 
 
-def sync_kind(cfg: LauncherConfig) -> str:
-    """What every weight sync ships: "adapter" (LoRA, trainer.lora.merge false), "merged" (LoRA
-    merged into the base) or "full" (full fine-tuning); the sleep level is derived from it too."""
+def sync_kind(cfg: LauncherConfig) -> SyncKind:
+    """What every weight sync ships; the sleep level is derived from it too."""
     if cfg.trainer.lora.rank > 0:
-        return "merged" if cfg.trainer.lora.merge else "adapter"
-    return "full"
+        return SyncKind.merged if cfg.trainer.lora.merge else SyncKind.adapter
+    return SyncKind.full
 
 
 def plan_sync(cfg: LauncherConfig, params: ParamCounts, lora: LoraPlan, trainer_gpus: int) -> SyncPlan:
     dtype = DTYPE_BYTES[cfg.model.dtype.value]
     kind = sync_kind(cfg)
-    nbytes = (lora.params_total if kind == "adapter" else params.total) * dtype
+    nbytes = (lora.params_total if kind is SyncKind.adapter else params.total) * dtype
     inf, links = cfg.inference, cfg.cluster.links
     transport = bucket_transport(cfg)
     buckets = max(nbytes / GIB / SYNC_BUCKET_GIB, 1.0) * SYNC_BUCKET_OVERHEAD_S

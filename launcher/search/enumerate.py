@@ -12,6 +12,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
+from launcher.config.schema.choices import PlacementMode
 from launcher.plan import MODEL_PARTS, Plan, make_plan
 from launcher.plan.arch import facts
 from launcher.search.cost import StepEstimate, estimate_step
@@ -73,7 +74,7 @@ def _inference_sections(cfg, gpus: int, colocated: bool):
 
 def candidates(cfg, base: Plan):
     """Every trainer mesh x inference layout of cfg, as configs; `base`: cfg's own plan."""
-    colocated = base.placement.mode == "colocated"
+    colocated = cfg.placement.mode is PlacementMode.colocated
     inf_gpus = base.mesh.trainer_gpus if colocated else len(base.placement.inference_nodes) * cfg.cluster.gpus_per_node
     inferences = list(_inference_sections(cfg, inf_gpus, colocated))
     for trainer in _trainer_sections(cfg, base.mesh.trainer_gpus):

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from launcher.contract.protocols import TrainShard, WeightUpdate
 from launcher.contract.spec import ActorSpec
 from launcher.plan.lora import peft_kwargs
+from launcher.plan.sync import SyncKind
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
 from launcher.workers.batch import ungrid
@@ -123,5 +124,5 @@ class TrainerBase(StreamedExport):
         loss.backward()
 
     def _update_header(self, version: int, with_base: bool) -> WeightUpdate:
-        adapter = self.lora if self.sync_kind == "adapter" else None
+        adapter = self.lora if self.sync_kind is SyncKind.adapter else None
         return WeightUpdate(version, adapter=adapter, with_base=with_base and adapter is not None)

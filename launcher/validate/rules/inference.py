@@ -1,5 +1,6 @@
 """Inference rules (docs/model.md sections 4 and 5): engine layout, KDA grid, memory share, router."""
-from launcher.config.schema.choices import GpuArch, InferenceBackendName
+from launcher.config.schema.choices import GpuArch, InferenceBackendName, PlacementMode
+from launcher.plan.sync import SyncKind
 from launcher.validate.registry import error, rule, warning
 
 KDA_GRID_LIMIT = 65535
@@ -21,13 +22,13 @@ def engines_fit_placement(cfg, plan):
     """engines x tp matches the placement."""
     inf, p = cfg.inference, plan.placement
     gpus = inf.engines * inf.tp
-    if p.mode == "colocated" and gpus != plan.mesh.trainer_gpus:
+    if cfg.placement.mode is PlacementMode.colocated and gpus != plan.mesh.trainer_gpus:
         yield error("inference.engines",
                     f"colocated engines x tp = {inf.engines} x {inf.tp} = {gpus} != {plan.mesh.trainer_gpus} trainer GPUs",
                     "Colocated mode shares every GPU between one trainer rank and one engine shard.",
                     f"Set inference.engines = {plan.mesh.trainer_gpus // inf.tp if inf.tp else 0} for tp {inf.tp}.")
     available = len(p.inference_nodes) * cfg.cluster.gpus_per_node
-    if p.mode == "async" and gpus > available:
+    if cfg.placement.mode is PlacementMode["async"] and gpus > available:
         yield error("inference.engines",
                     f"engines x tp = {gpus} GPUs > {available} GPUs on the inference nodes",
                     "Async engines only run on the inference nodes.",
@@ -121,18 +122,18 @@ def expert_parallel_layout(cfg, plan):
 @rule("INF010")
 def sleep_level(cfg, plan):
     """A set sleep_level is 0, 1 or 2, 0 in async mode, and 1 only where the next sync keeps the base."""
-    lvl, mode, kind = cfg.inference.sleep_level, plan.placement.mode, plan.sync.kind
+    lvl, mode, kind = cfg.inference.sleep_level, cfg.placement.mode, plan.sync.kind
     if lvl is None:  # derived by the planner (plan/_sleep.py)
         return
     if lvl not in (0, 1, 2):
         yield error("inference.sleep_level", f"inference.sleep_level={lvl}",
                     "vLLM sleep levels: 1 = weights to host + drop cache, 2 = drop both.",
                     "Use 0, 1 or 2, or leave inference.sleep_level null to derive it from the sync kind.")
-    elif mode == "async" and lvl:
+    elif mode is PlacementMode["async"] and lvl:
         yield warning("inference.sleep_level", f"sleep_level={lvl} in async mode",
                       "Async engines own their GPUs and never sleep; the level is ignored.",
                       "Remove inference.sleep_level (null derives 0 in async mode) or set it to 0.")
-    elif mode == "colocated" and lvl == 1 and kind != "adapter":
+    elif mode is PlacementMode.colocated and lvl == 1 and kind is not SyncKind.adapter:
         host_gib = plan.memory.inference.weights_gib * cfg.cluster.gpus_per_node
         yield warning("inference.sleep_level",
                       f"inference.sleep_level=1 with {kind} sync, colocated: keeps {host_gib:,.1f} GiB of weights "

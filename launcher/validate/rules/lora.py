@@ -1,14 +1,14 @@
 """LoRA rules: MoE rank normalisation, adapter sync with vLLM, targetable modules."""
 from launcher.config.schema.choices import InferenceBackendName, TrainerBackendName
 from launcher.plan.lora import KNOWN_TARGETS, VLLM_LORA_RANKS
-from launcher.plan.sync import sync_kind
+from launcher.plan.sync import SyncKind, sync_kind
 from launcher.validate.registry import error, rule, warning
 
 NOT_TARGETABLE = ("f_b_proj", "g_b_proj")
 
 
 def _adapter_sync(cfg) -> bool:
-    return sync_kind(cfg) == "adapter"
+    return sync_kind(cfg) is SyncKind.adapter
 
 
 @rule("LORA001")

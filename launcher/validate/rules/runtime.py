@@ -1,5 +1,6 @@
 """Runtime rules: collective timeout vs the longest wait, weight-sync cost, placement split."""
 from launcher.config.schema.choices import PlacementMode
+from launcher.plan.sync import SyncKind
 from launcher.validate.registry import error, rule, warning
 
 SLOW_SYNC_S = 10.0
@@ -27,7 +28,7 @@ def nccl_timeout(cfg, plan):
 def merged_sync_over_network(cfg, plan):
     """Merged or full-model sync across the network costs seconds every step."""
     s = plan.sync
-    if s.link == "inter_node" and s.kind != "adapter" and s.seconds > SLOW_SYNC_S:
+    if s.link == "inter_node" and s.kind is not SyncKind.adapter and s.seconds > SLOW_SYNC_S:
         yield warning("trainer.lora.merge",
                       f"{s.kind} weight sync ships {s.gib_per_engine:,.1f} GiB per engine over the network: "
                       f"~{s.seconds:.0f} s per step",

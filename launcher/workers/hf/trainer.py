@@ -16,6 +16,7 @@ import torch.distributed as dist
 from launcher.contract.errors import DamagedCheckpointError
 from launcher.contract.protocols import TrainShard
 from launcher.contract.spec import ActorSpec
+from launcher.plan.sync import SyncKind
 from launcher.workers.batch import MicroBatch, micro_batches
 from launcher.workers.hf import lora
 from launcher.workers.hf.compute import logits_of, target_logprobs
@@ -96,7 +97,7 @@ class HfTrainer(TrainerBase):
             yield from tagged("weights", checkpoint_items(self.model, language_items(self.model)))
             return
         base = self.model.get_base_model()
-        if self.sync_kind == "merged":
+        if self.sync_kind is SyncKind.merged:
             yield from tagged("weights", checkpoint_items(base, lora.merged_items(self.model, VISION_PREFIX)))
             return
         if with_base:

@@ -17,6 +17,7 @@ import torch
 
 from launcher.contract.protocols import TrainShard
 from launcher.contract.spec import ActorSpec
+from launcher.plan.sync import SyncKind
 from launcher.workers.megatron import checkpoint
 from launcher.workers.megatron import model as megatron_model
 from launcher.workers.megatron._export import adapter_tensors
@@ -92,7 +93,7 @@ class MegatronTrainer(TrainerBase):
         """For the engines (StreamedExport): HF-named weights (LoRA merged), or the adapter
         after its frozen base when `with_base`; every tensor a gather across the mesh."""
         lora = self.cfg.trainer.lora
-        if self.sync_kind != "adapter":
+        if self.sync_kind is not SyncKind.adapter:
             yield from tagged("weights", hf_stream(self.model, merged=True))
             return
         if with_base:

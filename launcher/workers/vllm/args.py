@@ -4,9 +4,11 @@ Every number an engine starts with comes from the plan or the config, so what `p
 printed is what runs: max_num_seqs, max_model_len, the memory budget, TP/EP, LoRA rank and
 targets, sleep mode. Kept free of vllm so it is unit-tested in the project's main venv.
 """
+from launcher.config.schema.choices import PlacementMode
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan import Plan
 from launcher.plan.lora import VLLM_LORA_RANKS
+from launcher.plan.sync import SyncKind
 from launcher.workers.vllm.transfer import transfer_backend
 
 # The smallest KV cache a CPU engine gets: vLLM needs room for at least one full block
@@ -34,8 +36,8 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
     weight transfers do not exist there (weights arrive in buckets, worker.py).
     """
     inf = cfg.inference
-    adapter_sync = plan.sync.kind == "adapter"
-    colocated = cfg.placement.mode.value == "colocated"
+    adapter_sync = plan.sync.kind is SyncKind.adapter
+    colocated = cfg.placement.mode is PlacementMode.colocated
     kwargs = dict(
         model=model_path,
         # Prompts arrive as token ids from the driver's tokenizer; engines never tokenize.

@@ -12,6 +12,7 @@ import os
 from collections import deque
 
 from launcher.contract.protocols import Generation, GenerationRequest
+from launcher.plan.sync import SyncKind
 from launcher.workers.engine_base import ServedWeights
 from launcher.workers.manifest import SyncManifest
 from launcher.workers.vllm._model_dir import engine_model_dir
@@ -85,7 +86,7 @@ class VllmEngine(ServedWeights):
         if not self.on_cpu:
             os.environ.update(ray_executor_env(cfg, plan, engine_index))
         if plan.arch.is_glm5_next:
-            prepare_glm_engine(on_cuda=current_platform.is_cuda(), adapter_sync=self.sync_kind == "adapter",
+            prepare_glm_engine(on_cuda=current_platform.is_cuda(), adapter_sync=self.sync_kind is SyncKind.adapter,
                                engine_index=engine_index)
         for logger_name, suffix in _EXPECTED_WARNINGS:
             logging.getLogger(logger_name).addFilter(_DropMessage(suffix))
@@ -222,7 +223,7 @@ class VllmEngine(ServedWeights):
         One adapter slot (id 1) is reloaded in place each version, eagerly here, so requests
         never trigger a load and the engine never caches stale versions.
         """
-        if self.sync_kind != "adapter":
+        if self.sync_kind is not SyncKind.adapter:
             raise RuntimeError(f"vllm engine {self.engine_index} started without LoRA (plan.sync.kind="
                                f"{self.sync_kind}: trainer.lora.merge is true or trainer.lora.rank 0); sync "
                                "merged weights instead")
