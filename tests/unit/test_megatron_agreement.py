@@ -60,10 +60,9 @@ PROJECT_ONLY = {
                "streams in one stage (its builder runs pp=1).",
     "MESH003": "cp > 1 with KDA: the project's KDA layer (model/megatron/kda.py) has no context-parallel path; "
                "megatron-core knows no KDA, so its config passes.",
-    "MESH009": "MoE with tp > 1 and no sequence parallel: megatron-core's config only warns; its MoE layer raises "
-               "in the first training forward (moe_layer.py), which no config check reaches.",
-    "MESH013": "sequence_parallel=false with tp > 1 on a dense model: megatron-core accepts it; this project's "
-               "layers shard activations across TP whenever tp > 1 (model/megatron/parallel.py).",
+    "MESH009": "tp > 1 and no sequence parallel: megatron-core's config only warns (its MoE layer raises in the "
+               "first training forward, moe_layer.py); this project's layers shard activations across TP whenever "
+               "tp > 1 (model/megatron/parallel.py), dense models included.",
     "MESH011": "num_hidden_layers % pp: megatron-core's config does not check it (its layer split does, at build).",
     "RECOMP001": "full recompute with mHC: the project's mHC layer does not thread megatron's checkpoint managers.",
     "RECOMP002": "layernorm / mlp with mHC: the project's layer keeps the norms and recomputes its MLP under `moe`.",
@@ -306,8 +305,8 @@ def test_draws_reach_every_check_and_both_sides_accept_some(outcomes):
 
 
 def test_accepted_sequence_parallel_is_what_the_builder_applies(outcomes):
-    """megatron_config derives sequence_parallel from tp; the validator (MESH008/009 for MoE, MESH013
-    for dense models) only lets through the value it derives, so the validated setting is the applied one."""
+    """megatron_config derives sequence_parallel from tp; the validator (MESH008/009) only lets
+    through the value it derives, so the validated setting is the applied one."""
     accepted = [o for o in outcomes if o.rejection is None and not [f for f in o.errors if _mesh_or_recompute(f)]]
     assert {o.draw["sequence_parallel"] for o in accepted} == {True, False}
     for o in accepted:

@@ -98,14 +98,18 @@ def sequence_parallel_needs_tp(cfg, plan):
 
 
 @rule("MESH009")
-def moe_tp_needs_sequence_parallel(cfg, plan):
-    """MoE with tp > 1 needs sequence_parallel."""
+def megatron_tp_needs_sequence_parallel(cfg, plan):
+    """The megatron backend with tp > 1 needs sequence_parallel."""
     m = cfg.trainer.mesh
-    if cfg.trainer.backend is TrainerBackendName.megatron and plan.arch.has_moe and m.tp > 1 and not m.sequence_parallel:
-        yield error("trainer.mesh.sequence_parallel", f"MoE model with tp={m.tp} and sequence_parallel=false",
-                    "megatron-core's MoE layer raises in its first training forward without sequence parallel "
-                    "(the config only warns).",
-                    "Set trainer.mesh.sequence_parallel=true.")
+    if cfg.trainer.backend is TrainerBackendName.megatron and m.tp > 1 and not m.sequence_parallel:
+        moe = (" (MoE: megatron-core's MoE layer also raises in its first training forward without it; "
+               "the config only warns)") if plan.arch.has_moe else ""
+        yield error("trainer.mesh.sequence_parallel",
+                    f"sequence_parallel=false with tp={m.tp} on the megatron backend "
+                    f"({'MoE' if plan.arch.has_moe else 'dense'} model)",
+                    "This project's Megatron layers always shard activations across the TP group when tp > 1 "
+                    f"(model/megatron/parallel.py), so the setting would be ignored{moe}.",
+                    "Set trainer.mesh.sequence_parallel=true (or tp=1).")
 
 
 @rule("MESH010")
@@ -142,8 +146,8 @@ def cluster_has_gpus(cfg, plan):
 
 @rule("MESH013")
 def megatron_fixed_layout(cfg, plan):
-    """The megatron backend builds pp=1, cp=1 and sequence parallel with tp > 1, for every model
-    (the mHC, KDA and MoE cases are MESH002, MESH003 and MESH009)."""
+    """The megatron backend builds pp=1 and cp=1 for every model (the mHC and KDA cases, with
+    their own reasons, are MESH002 and MESH003)."""
     m = cfg.trainer.mesh
     if cfg.trainer.backend is not TrainerBackendName.megatron:
         return
@@ -153,8 +157,3 @@ def megatron_fixed_layout(cfg, plan):
                         "This project's Megatron model (model/megatron) has no pipeline stages and no "
                         "context-parallel split for any model: the trainer refuses it at build, after launch.",
                         f"Set trainer.mesh.{key}=1 and use tp/ep/dp for memory.")
-    if m.tp > 1 and not m.sequence_parallel and not plan.arch.has_moe:
-        yield error("trainer.mesh.sequence_parallel", f"sequence_parallel=false with tp={m.tp} on the megatron backend",
-                    "This project's Megatron layers always shard activations across the TP group when tp > 1 "
-                    "(model/megatron/parallel.py), so the setting would be ignored.",
-                    "Set trainer.mesh.sequence_parallel=true (or tp=1).")
