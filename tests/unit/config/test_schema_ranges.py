@@ -1,4 +1,4 @@
-"""Issue 21: every numeric field driven with 0, -1, a huge value and (ints) a float.
+"""Every numeric field driven with 0, -1, a huge value and (ints) a float.
 
 Never a traceback: a value outside a field's declared range (launcher/config/schema/ranges.py) is a
 finding naming the key (CFG007 at composition, or the rule named in `checked_by`); an in-range
@@ -20,7 +20,7 @@ from launcher.config.schema.ranges import RANGES, range_findings
 from launcher.errors import ConfigError
 from launcher.validate import plan_and_check
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NUMERIC = {k: _unwrap_optional(t)[0] for k, t in schema_fields().items() if _unwrap_optional(t)[0] in (int, float)}
 HUGE = {int: 10**15, float: 1e300}
 

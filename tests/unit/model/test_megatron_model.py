@@ -2,7 +2,7 @@
 
 Weights are randomised beyond HF's init (mHC base, k-pool gate/position embedding, router
 bias) so every path carries signal; sequences are longer than index_topk so the k-pool
-indexer really selects pools. Command: .venv/bin/python -m pytest tests/unit -q -k megatron
+indexer really selects pools. Command: .venv/bin/python -m pytest tests/unit/model -q -k megatron
 """
 import pytest
 

@@ -2,7 +2,7 @@
 logits of a packed batch and every weight's gradient (shards gathered, partial grads summed
 the way Megatron's DDP + finalize_model_grads do). The same code runs on GPUs with NCCL.
 
-    .venv/bin/python -m pytest tests/unit/test_megatron_parallel.py -q
+    .venv/bin/python -m pytest tests/unit/model/test_megatron_parallel.py -q
 """
 
 import pytest

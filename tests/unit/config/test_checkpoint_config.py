@@ -22,7 +22,7 @@ from launcher.plan import make_plan
 from launcher.plan.params import count_params
 from launcher.validate import check
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHARDS = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
 # A descriptor that leaves `arch` out: with hf_path set the checkpoint supplies it.
 BARE_DESCRIPTOR = "name: bare\nhf_path: null\nlanguage_model_only: true\ndtype: float32\n"

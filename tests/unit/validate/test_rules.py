@@ -29,7 +29,7 @@ def _tiny_checkpoint_json() -> str:
     (empty) shard; JSON only, so this table needs neither torch nor transformers."""
     folder = Path(tempfile.mkdtemp(prefix="test_rules_ckpt_"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    arch = yaml.safe_load((Path(__file__).parents[2] / "model/descriptors/tiny.yaml").read_text())["arch"]
+    arch = yaml.safe_load((Path(__file__).parents[3] / "model/descriptors/tiny.yaml").read_text())["arch"]
     text = {k: v for k, v in arch.items() if k != "model_type"}
     (folder / "config.json").write_text(json.dumps({"model_type": "glm5_next", "text_config": text}))
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "model-1.safetensors"}}))
@@ -395,6 +395,6 @@ def test_batch_fix_suggests_working_samples_per_prompt(point):
 
 @pytest.mark.parametrize("breaking", [["trainer.recompute.granularity=full"], ["trainer.recompute.modules=[core_attn,mhc]"]])
 def test_mhc_recompute_rules_say_they_are_the_projects_own(point, breaking):
-    """megatron-core 0.19.2 has no mHC: RECOMP001/002 must not blame it (issue 21)."""
+    """megatron-core 0.19.2 has no mHC: RECOMP001/002 must not blame it."""
     (finding,) = [f for f in point(*BASES["dapo_sync"], *breaking).findings if f.id in ("RECOMP001", "RECOMP002")]
     assert "project's rule" in finding.why and "0.19.2 has no mHC" in finding.why

@@ -1,4 +1,4 @@
-"""The fp32-reference parity helpers (issue 20) on hand-sized tensors: routing agreement,
+"""The fp32-reference parity helpers on hand-sized tensors: routing agreement,
 top-k margins and the router sharpening that sets them, the pass/fail criterion, and the
 streamed LoRA B-gradient expectation against the whole-weight formula."""
 from types import SimpleNamespace

@@ -1,4 +1,4 @@
-"""Issue 16 (data and prompts): the public dataset layouts load through data.prompt_key /
+"""Data and prompts: the public dataset layouts load through data.prompt_key /
 data.answer_key alone, prompts go through the checkpoint's chat template, the length filter
 counts the template, every EOS id stops both engines, bad rows are named by file and row."""
 import json
@@ -18,7 +18,7 @@ from launcher.rl.prompts import GSM8K_INSTRUCTION
 from launcher.rl.tasks import TASKS
 from launcher.rl.tokenizer import CharTokenizer, HfTokenizer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GSM8K_ANSWERS = [re.search(r"#### (.+)", json.loads(line)["answer"]).group(1).replace(",", "")
                  for line in (ROOT / "data/gsm8k_sample.jsonl").read_text().splitlines()]
 DAPO_ANSWERS = [json.loads(line)["answer"] for line in (ROOT / "data/dapo_math_sample.jsonl").read_text().splitlines()]

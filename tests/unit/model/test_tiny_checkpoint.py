@@ -122,7 +122,7 @@ def test_shipped_demo_tokenizer_is_the_fixture_tokenizer(tmp_path):
     from launcher.rl.tokenizer import HfTokenizer
     from model.tiny_checkpoint import write_tiny_tokenizer
 
-    fresh, shipped = write_tiny_tokenizer(tmp_path), Path(__file__).parents[2] / "data/tiny_tokenizer"
+    fresh, shipped = write_tiny_tokenizer(tmp_path), Path(__file__).parents[3] / "data/tiny_tokenizer"
     for name in ("tokenizer.json", "generation_config.json"):
         ours, theirs = json.loads((shipped / name).read_text()), json.loads((fresh / name).read_text())
         ours.pop("transformers_version", None), theirs.pop("transformers_version", None)

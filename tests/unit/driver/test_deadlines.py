@@ -5,10 +5,10 @@ import functools
 import pytest
 
 from launcher.config.compose import compose
-from launcher.driver import deadlines
-from launcher.driver.deadlines import FIRST_CALL_FLOOR_S, FLOOR_S, MARGIN, CallDeadlines, startup_estimate_s
+from launcher.driver.deadlines import FIRST_CALL_FLOOR_S, FLOOR_S, MARGIN, CallDeadlines
 from launcher.errors import ConfigError
 from launcher.plan import make_plan
+from launcher.plan.startup import STARTUP_OVERHEAD_S
 
 
 @functools.cache  # composing and planning is most of each test's time
@@ -33,18 +33,17 @@ def test_a_large_run_follows_the_plans_phase_estimates():
     assert f"the plan's {engine_s:.0f} s generation + weight sync estimate" in generate.basis
     assert calls.of("load_weight_bucket", first=False) == generate
     assert calls.of("train_step", first=False).seconds == pytest.approx(MARGIN * plan.timing.train_s)
-    startup = startup_estimate_s(plan, config.cluster.gpus_per_node)
+    startup = plan.startup.seconds
     assert calls.of("pid", first=True).seconds == pytest.approx(MARGIN * startup)  # counted once, not twice
     assert calls.of("train_step", first=True).seconds == pytest.approx(MARGIN * (plan.timing.train_s + startup))
     assert calls.of("offload", first=False).seconds == FLOOR_S  # no phase estimate: the floor
 
 
 def test_startup_grows_with_the_weights_a_node_reads():
-    _, small_cfg, small = _deadlines("recipe=tiny_grpo")
-    _, big_cfg, big = _deadlines("recipe=dapo_sync")
-    assert startup_estimate_s(small, small_cfg.cluster.gpus_per_node) == pytest.approx(
-        deadlines.STARTUP_OVERHEAD_S, abs=1)
-    assert startup_estimate_s(big, big_cfg.cluster.gpus_per_node) > 10 * deadlines.STARTUP_OVERHEAD_S
+    _, _, small = _deadlines("recipe=tiny_grpo")
+    _, _, big = _deadlines("recipe=dapo_sync")
+    assert small.startup.seconds == pytest.approx(STARTUP_OVERHEAD_S, abs=1)
+    assert big.startup.init_gib_per_gpu > 50 and big.startup.seconds > small.startup.seconds + 2
 
 
 def test_hang_timeout_replaces_the_steady_deadline_but_not_a_longer_first_call_allowance():

@@ -1,4 +1,4 @@
-"""The validator agrees with megatron-core 0.19.2's own checks on random meshes and recompute settings (issue 21).
+"""The validator agrees with megatron-core 0.19.2's own checks on random meshes and recompute settings.
 
 A seeded generator draws trainer meshes (world 8-128 GPUs, tp, pp, cp, ep, etp, sequence parallel) and
 recompute settings (granularity, method, num_layers, modules) for the GLM descriptors: the full

@@ -13,7 +13,7 @@ import yaml
 
 from launcher.config.files import available
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RECIPES = sorted(available("recipe"))
 FINDING_KEYS = {"id", "severity", "key", "message", "why", "fix"}
 REQUIRED_PLAN_KEYS = ["params.total", "params.active", "mesh.dp", "mesh.edp", "mesh.experts_per_gpu",

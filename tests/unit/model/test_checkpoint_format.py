@@ -1,10 +1,10 @@
-"""The real on-disk checkpoint format in and out of the Megatron model (issue 14).
+"""The real on-disk checkpoint format in and out of the Megatron model.
 
 The fixture is a tiny glm5_next written by transformers' own `save_pretrained` (several
 shards + index). Each CPU mesh loads it streamed (every rank reads only its slices) and
 exports it again; the export must equal the files bit for bit, under the same names.
 
-    .venv/bin/python -m pytest tests/unit/test_checkpoint_format.py -q
+    .venv/bin/python -m pytest tests/unit/model/test_checkpoint_format.py -q
 """
 import json
 import shutil

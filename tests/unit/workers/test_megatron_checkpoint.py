@@ -5,7 +5,7 @@ compared whole), LoRA holds only its adapters, a LoRA checkpoint refuses another
 damaged file is named. The distributed optimizer (GPU) is checked by
 tests/gpu/test_megatron_resume_gpu.py; its range-to-chunk cutting is checked here.
 
-    .venv/bin/python -m pytest tests/unit/test_megatron_checkpoint.py -q
+    .venv/bin/python -m pytest tests/unit/workers/test_megatron_checkpoint.py -q
 """
 import json
 import os
@@ -27,7 +27,7 @@ MESHES = {"dp2": (1, 1, 1), "tp2": (2, 1, 1), "ep2": (1, 2, 1), "tp2_etp2": (2, 
 
 def _trainer(*overrides):
     from launcher.workers.megatron import MegatronTrainer
-    from tests.unit.test_megatron_backend import _config
+    from tests.unit.workers.test_megatron_backend import _config
 
     init_world_of_one()
     trainer = MegatronTrainer(ActorSpec.planned(_config(*overrides), 0, 1))
@@ -86,7 +86,7 @@ def test_strided_shard_is_blocks_of_the_whole_tensor_and_flat_ranges_map_into_th
 def test_resumed_trainer_continues_bit_for_bit(variant, tmp_path):
     """N=2 steps, save, M=2 more; a fresh trainer that loads continues with the same losses,
     log-probs and weights as the uninterrupted one (CPU AdamW is deterministic)."""
-    from tests.unit.test_megatron_backend import _shard
+    from tests.unit.workers.test_megatron_backend import _shard
 
     overrides = LORA if variant.startswith("lora") else []
     first = _trainer(*overrides)
@@ -108,7 +108,7 @@ def test_resumed_trainer_continues_bit_for_bit(variant, tmp_path):
 
 def test_lora_checkpoint_holds_adapters_only_and_is_much_smaller(tmp_path):
     from launcher.workers.megatron.checkpoint import tensor_keys
-    from tests.unit.test_megatron_backend import _shard
+    from tests.unit.workers.test_megatron_backend import _shard
 
     sizes, keys = {}, {}
     for kind, overrides in (("full", []), ("lora", LORA)):
