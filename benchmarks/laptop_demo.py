@@ -23,6 +23,7 @@ TARGET_ACC, TARGET_S = 0.9, 300.0
 
 def _rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "startup" not in r]
     return [r for r in rows if "eval/greedy_acc" not in r], [r for r in rows if "eval/greedy_acc" in r]
 
 

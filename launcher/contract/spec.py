@@ -4,6 +4,7 @@ engine slots) from the plan they are handed; none of them plans again, so a work
 disagree with what `plan` printed and `validate` checked.
 """
 from dataclasses import dataclass
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -18,6 +19,9 @@ class ActorSpec:
     """Trainer rank, or engine index."""
     world: int = 1
     """Trainer ranks in the group (1 for an engine)."""
+    board: Any = None
+    """The run's start-up board (a Ray actor handle, launcher/driver/startup.py) the actor
+    reports its phases to; None outside a run (tests, benchmarks)."""
 
     @classmethod
     def planned(cls, config: DictConfig, rank: int = 0, world: int = 1) -> "ActorSpec":

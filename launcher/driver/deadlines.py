@@ -17,13 +17,11 @@ calls still get at least their derived one.
 """
 from dataclasses import dataclass
 
+from launcher.plan.startup import STARTUP_OVERHEAD_S, STORAGE_GIB_PER_S
+
 MARGIN = 3.0
 FLOOR_S = 120.0
 FIRST_CALL_FLOOR_S = 600.0
-STARTUP_OVERHEAD_S = 120.0
-"""Imports, process-group set-up and (on GPUs) CUDA graph capture, before any weight is read."""
-STORAGE_GIB_PER_S = 0.5
-"""Pessimistic read/write bandwidth of one node to its checkpoint storage (shared filesystems)."""
 
 _GENERATION_AND_SYNC_CALLS = ("generate", "begin_export", "next_bucket", "release_export", "send_weights",
                               "connect_weight_transfer", "begin_weight_update", "load_weight_bucket",
@@ -50,21 +48,21 @@ class Deadline:
                 "raise run.hang_timeout_s")
 
 
-def startup_estimate_s(plan, gpus_per_node: int) -> float:
-    """Seconds to bring one node's actors up: fixed overhead plus reading what its GPUs hold
-    (trainer weights, optimizer state and adapters, engine weights) from storage."""
-    tr, inf = plan.memory.trainer, plan.memory.inference
-    per_gpu_gib = tr.weights_gib + tr.optimizer_gib + tr.optimizer_host_gib + tr.lora_gib + inf.weights_gib
+def checkpoint_estimate_s(plan, gpus_per_node: int) -> float:
+    """Seconds to write or read one node's training state (trainer weights, optimizer state
+    and adapters) at the storage bandwidth, on top of the start-up overhead."""
+    tr = plan.memory.trainer
+    per_gpu_gib = tr.weights_gib + tr.optimizer_gib + tr.optimizer_host_gib + tr.lora_gib
     return STARTUP_OVERHEAD_S + gpus_per_node * per_gpu_gib / STORAGE_GIB_PER_S
 
 
 def phase_estimates_s(plan, gpus_per_node: int) -> dict[str, float]:
-    """The plan's estimate of each phase of PHASE_OF_CALL, in seconds."""
-    t, startup = plan.timing, startup_estimate_s(plan, gpus_per_node)
+    """The plan's estimate of each phase of PHASE_OF_CALL, in seconds (start-up: plan.startup)."""
+    t, startup = plan.timing, plan.startup.seconds
     # One estimate for chunks and weight-sync steps: an engine's queue interleaves them (the
     # async loop queues an update behind the chunks being generated, and chunks behind it).
     return {"generation + weight sync": t.generation_s + plan.sync.seconds, "log-prob pass": t.logprob_pass_s,
-            "training": t.train_s, "checkpoint": startup, "start-up": startup}
+            "training": t.train_s, "checkpoint": checkpoint_estimate_s(plan, gpus_per_node), "start-up": startup}
 
 
 class CallDeadlines:

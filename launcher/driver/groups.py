@@ -17,6 +17,7 @@ from launcher.config.schema.choices import RouterPolicy
 from launcher.contract.spec import ActorSpec
 from launcher.driver.cluster import secret_worker_env
 from launcher.driver.deadlines import CallDeadlines
+from launcher.driver.startup import FINAL_WAIT_S, POLL_S, StartupView
 
 
 class ActorDiedError(RuntimeError):
@@ -61,6 +62,8 @@ class _Group:
         self.deadlines = deadlines or CallDeadlines()
         self._answered: set[tuple[int, str]] = set()
         """(actor index, method) of every call answered once: later calls have the steady-state deadline."""
+        self.view: StartupView | None = None
+        """While the run starts: the start-up board, drawn while a call is waited on (startup.py)."""
 
     def _add(self, handle, label: str, slot) -> None:
         self.actors.append(handle)
@@ -80,10 +83,13 @@ class _Group:
         started, out, pending = time.monotonic(), {}, list(refs)
         while pending:
             left = deadline.seconds - (time.monotonic() - started)
-            ready, pending = ray.wait(pending, num_returns=1, timeout=max(left, 0.0))
+            wait_s = max(left, 0.0) if self.view is None else min(max(left, 0.0), POLL_S)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+            if not ready and left > wait_s:
+                self.view.poll()
+                continue
             if not ready:
-                late = [whos[index[ref]] for ref in pending]
-                raise HangError(deadline.missed(late, what, time.monotonic() - started))
+                raise HangError(self._missed(deadline, [index[ref] for ref in pending], what, started))
             i = index[ready[0]]
             try:
                 out[i] = get_one(ready[0], whos[i], what)
@@ -94,6 +100,14 @@ class _Group:
                 raise
         self._answered.update((i, what) for i in range(len(refs)))
         return [out[i] for i in range(len(refs))]
+
+    def _missed(self, deadline, late: list[int], what: str, started: float) -> str:
+        """The HangError's message; during start-up each late actor's phase is named."""
+        message = deadline.missed([_who(self.labels[i], self.info[i]) for i in late], what, time.monotonic() - started)
+        if self.view is None:
+            return message
+        self.view.refresh(wait_s=FINAL_WAIT_S)
+        return message + "; " + "; ".join(f"{self.labels[i]} was {self.view.phase_of(self.labels[i])}" for i in late)
 
     def call(self, method: str, *args) -> list:
         return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
@@ -149,7 +163,8 @@ def get_one(ref, who: str, what: str):
 class TrainerGroup(_Group):
     role = "trainer"
 
-    def __init__(self, cls, config, plan, placement):
+    def __init__(self, cls, config, plan, placement, board=None):
+        """board: the run's StartupBoard, handed to every rank (startup.py); None: no start-up progress."""
         super().__init__(CallDeadlines.of_run(config, plan))
         self.world, self.dp = plan.mesh.world, plan.mesh.dp
         self.model_parallel = plan.mesh.world != plan.mesh.dp or plan.mesh.ep * plan.mesh.etp > 1
@@ -159,7 +174,7 @@ class TrainerGroup(_Group):
         remote_cls, secrets = _remote_with_secrets(cls)
         for rank, gpu_slot in enumerate(plan.placement.trainer_slots):
             slot = placement.slot(gpu_slot)
-            spec = ActorSpec(config, plan, rank, self.world)
+            spec = ActorSpec(config, plan, rank, self.world, board)
             handle = remote_cls.options(**_options(slot, f"trainer-{rank}")).remote(*secrets, spec)
             self._add(handle, f"trainer rank {rank}", slot)
 
@@ -233,7 +248,8 @@ class TrainerGroup(_Group):
 class EngineGroup(_Group):
     role = "engine"
 
-    def __init__(self, cls, config, plan, placement):
+    def __init__(self, cls, config, plan, placement, board=None):
+        """board: as TrainerGroup's."""
         super().__init__(CallDeadlines.of_run(config, plan))
         remote_cls, secrets = _remote_with_secrets(cls)
         for index, gpu_slots in enumerate(plan.placement.engine_slots):
@@ -241,7 +257,7 @@ class EngineGroup(_Group):
             options = _options(slot, f"engine-{index}")
             if len(gpu_slots) > 1:
                 options.pop("num_gpus", None)  # a multi-GPU engine's own per-GPU workers claim the GPUs
-            handle = remote_cls.options(**options).remote(*secrets, ActorSpec(config, plan, index))
+            handle = remote_cls.options(**options).remote(*secrets, ActorSpec(config, plan, index, board=board))
             self._add(handle, f"engine {index}", slot)
         self.least_loaded = config.inference.router.policy is RouterPolicy.least_loaded
         self.in_flight = [0] * len(self.actors)

@@ -8,6 +8,7 @@ import contextlib
 import json
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from launcher.driver.cluster import gpu_resource, ray_session
 from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
 from launcher.driver.placement import Placement, PlacementError
 from launcher.driver.ray_processes import RayStartInterrupted
+from launcher.driver.startup import Startup
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 3, 130
 PLACEMENT_TIMEOUT_S = 120.0
@@ -64,9 +66,11 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
                    last_checkpoint=resume_from, evaluator=make_evaluator(config, tokenizer), scorer=scorer)
 
 
-def place_groups(config, plan, embedded: bool, with_engines: bool = True):
+def place_groups(config, plan, embedded: bool, with_engines: bool = True, startup: Startup | None = None):
     """(trainer group, engine group or None), placed on the plan's slots and started: the
-    run, `export` (trainers only) and `eval` bring them up the same way.
+    run, `export` (trainers only) and `eval` bring them up the same way, each actor's phase
+    drawn live from `startup`'s board (a run passes its own and finishes it after the first
+    sync; without one, start-up ends when this returns).
 
     Colocated, the engines start first and go to sleep (plan.memory.sleep_level) before any
     trainer rank is created: an awake engine holds its whole gpu_memory_utilization budget,
@@ -75,26 +79,37 @@ def place_groups(config, plan, embedded: bool, with_engines: bool = True):
     engines' weights. Async groups own disjoint GPUs and start together."""
     from launcher.workers import engine_class, trainer_class
 
+    own = startup is None
+    startup = startup or Startup()
+    startup.driver_phase("placement")
     where = "the embedded Ray" if embedded else f"the Ray cluster at {config.cluster.ray_address}"
     placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(embedded), embedded, where)
     placement.ready(PLACEMENT_TIMEOUT_S)
 
     colocated = config.placement.mode is PlacementMode.colocated
-    engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement) if with_engines \
-        else None
+    engines = None
+    if with_engines:
+        startup.driver_phase("engines" if colocated else "engines and trainers")
+        engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement, startup.board)
+        startup.attach(engines)
     if engines is not None and colocated:
         engines.wait_ready()
         if plan.memory.sleep_level:
+            startup.driver_phase("engines to sleep")
             engines.call("sleep", plan.memory.sleep_level)
-    trainers = TrainerGroup(trainer_class(config.trainer.backend.value), config, plan, placement)
+        startup.driver_phase("trainers")
+    trainers = TrainerGroup(trainer_class(config.trainer.backend.value), config, plan, placement, startup.board)
+    startup.attach(trainers)
     trainers.start()
     if engines is not None and not colocated:
         engines.wait_ready()
+    if own:
+        startup.finish()
     return trainers, engines
 
 
-def _start_groups(config, plan, run_dir: Path, embedded: bool):
-    trainers, engines = place_groups(config, plan, embedded)
+def _start_groups(config, plan, run_dir: Path, embedded: bool, startup: Startup):
+    trainers, engines = place_groups(config, plan, embedded, startup=startup)
     (run_dir / "actors.json").write_text(json.dumps(trainers.info + engines.info, indent=2))
     where = "embedded Ray" if embedded else f"Ray at {config.cluster.ray_address}"
     sys.stdout.write(f"{where}, {plan.placement.mode}: trainer ranks {_slots(trainers.info)} (dp {plan.mesh.dp}), "
@@ -116,15 +131,21 @@ def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
     scorer = make_scorer(config.data)  # a data.reward_fn that cannot be imported fails before Ray starts
     # Again after ray.init: Ray's core worker installs its own SIGTERM handler, which would
     # end the driver without the teardown below.
+    started = time.monotonic()
     with ray_session(config, plan.env) as embedded, _sigterm_as_interrupt():
-        trainers, engines = _start_groups(config, plan, run_dir, embedded)
+        ray_s = time.monotonic() - started
+        startup = Startup()
+        trainers, engines = _start_groups(config, plan, run_dir, embedded, startup)
         if resume_from:  # run.resume=auto: a checkpoint the trainers cannot load gives way to the one before
+            startup.driver_phase("resume")
             resume_from = restore(trainers, ckpt, resume_from, fallback=config.run.resume == "auto")
         rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from, scorer)
         try:
             if resume_from:
                 sys.stdout.write(f"resumed from {resume_from} (step {rt.state.step})\n")
+            startup.driver_phase("first sync")
             rt.sync_weights(with_base=True, wait=True)
+            rt.logger.log_startup(ray_s, startup.finish(), plan.startup.seconds)
             LOOPS.get(plan.placement.mode)(rt)
             rt.finish_checkpoint()
         finally:

@@ -7,9 +7,11 @@ disagree), the drift of stale samples in the async one.
 Timing keys end in `_s`; they are the only values that differ between two runs with the
 same seed (the resume test compares everything else).
 
-Held-out evaluations (launcher/driver/evaluate.py) are rows of their own, `{"step": N, "eval/...":
-...}`, written after step N's training row (step 0: before the first step); a row is a training
-row when it has `reward`, an evaluation row when it has `eval/n`.
+Each launch first writes a start-up row, `{"step": N, "startup": {actor: {phase: s}}, ...}`
+(N: the step it starts or resumes from). Held-out evaluations (launcher/driver/evaluate.py)
+are rows of their own, `{"step": N, "eval/...": ...}`, written after step N's training row
+(step 0: before the first step); a row is a training row when it has `reward`, an evaluation
+row when it has `eval/n`, the start-up row when it has `startup`.
 """
 import json
 import os
@@ -21,6 +23,8 @@ from launcher.config.schema.choices import LogBackend, WandbMode
 from launcher.driver.plot import EVAL_MARK, write_curves
 
 METRICS_FILE = "metrics.jsonl"
+STARTUP_MARK = "startup"
+"""Present in the start-up row only (one per launch, before its first step's row)."""
 
 
 def _fmt_duration(seconds: float) -> str:
@@ -73,7 +77,7 @@ class StepLogger:
                 continue
             try:
                 row = json.loads(line)
-                keep = row["step"] < step or (row["step"] == step and EVAL_MARK not in row)
+                keep = row["step"] < step or (row["step"] == step and EVAL_MARK not in row and STARTUP_MARK not in row)
             except (ValueError, KeyError, TypeError):
                 sys.stderr.write(f"{self.metrics_file}: dropped line {number}, cut short or damaged "
                                  f"(a run stopped while writing it?): {line[:80]!r}\n")
@@ -102,6 +106,16 @@ class StepLogger:
     def log(self, metrics: dict) -> None:
         metrics = {"steps": self.total, **metrics, "eta_s": self.eta_s(metrics["step"])}
         self._write(metrics, console_line(metrics))
+
+    def log_startup(self, ray_s: float, phases: dict[str, dict[str, float]], estimate_s: float) -> None:
+        """The start-up row (STARTUP_MARK): seconds per phase per actor (driver/startup.py),
+        Ray's own start counted as the driver's first phase, against the plan's estimate."""
+        phases = {**phases, "driver": {"ray": round(ray_s, 2), **phases.get("driver", {})}}
+        total = sum(phases["driver"].values())
+        row = {"step": self.start_step, STARTUP_MARK: phases, "startup_s": round(total, 2),
+               "startup_estimate_s": round(estimate_s, 1)}
+        steps = ", ".join(f"{k} {v:.1f}s" for k, v in phases["driver"].items())
+        self._write(row, f"start-up {total:.1f}s (plan {estimate_s:.0f}s): {steps}")
 
     def log_eval(self, metrics: dict) -> None:
         """One evaluation row (evaluate.Evaluator.collect), to the same sinks as the steps."""

@@ -19,6 +19,7 @@ from launcher.plan.memory import MemoryPlan, plan_memory
 from launcher.plan.mesh import MeshPlan, plan_mesh
 from launcher.plan.params import ParamCounts, count_params
 from launcher.plan.placement import GpuSlot, PlacementPlan, plan_placement
+from launcher.plan.startup import StartupPlan, plan_startup
 from launcher.plan.sync import SyncPlan, plan_sync
 from launcher.plan.timing import TimingPlan, plan_timing
 
@@ -40,6 +41,7 @@ class Plan:
     memory: MemoryPlan
     sync: SyncPlan
     timing: TimingPlan
+    startup: StartupPlan
     env: dict[str, str]
     origins: dict[str, str]
 
@@ -72,6 +74,8 @@ def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) 
     timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus)
     log.add("timing.recommended_nccl_timeout_s", timing.recommended_nccl_timeout_s,
             f"{timing.longest_wait_phase} ~{timing.longest_wait_s:.0f} s x margin")
+    startup = plan_startup(cfg, memory, sync)
+    log.add("startup.seconds", f"{startup.seconds:.0f}", startup.basis)
     env = plan_env(cfg, arch, os.environ if driver_env is None else driver_env, log)
     return Plan(arch=arch, params=params, mesh=mesh, placement=placement, batch=batch, lora=lora, memory=memory,
-                sync=sync, timing=timing, env=env, origins=log.lines)
+                sync=sync, timing=timing, startup=startup, env=env, origins=log.lines)

@@ -18,6 +18,8 @@ import torch
 
 from launcher.contract.base_identity import checkpoint_base
 from launcher.contract.protocols import WeightBucket, WeightUpdate
+from launcher.contract.spec import ActorSpec
+from launcher.workers.progress import Progress
 
 Received = list[tuple[str, torch.Tensor]]
 """A bucket's (checkpoint or peft name, tensor) pairs, as the engine sees them."""
@@ -45,10 +47,12 @@ class ServedWeights:
 
 
 class EngineBase(ABC):
-    def __init__(self, backend: str, index: int):
-        self.index = index
-        self.who = f"{backend} engine {index}"
+    def __init__(self, backend: str, spec: ActorSpec):
+        self.index = spec.rank
+        self.who = f"{backend} engine {spec.rank}"
         """How errors name this engine ("hf engine 0"), as its sync manifest does."""
+        self.progress = Progress(spec.board, f"engine {spec.rank}")
+        """Start-up phases for the driver's board (progress.py); named as the driver's EngineGroup labels it."""
         self._update: WeightUpdate | None = None
         """The update between begin and finish (None otherwise)."""
         self._adapter_tensors: dict[str, torch.Tensor] = {}

@@ -32,6 +32,7 @@ from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
 from launcher.workers.batch import ungrid
 from launcher.workers.loss import micro_loss
+from launcher.workers.progress import Progress
 from launcher.workers.rendezvous import free_address
 from launcher.workers.stream import StreamedExport
 
@@ -57,6 +58,8 @@ class TrainerBase(StreamedExport):
         """peft LoraConfig arguments (shipped to the engines with an adapter), None for full fine-tuning."""
         self.sync_kind = spec.plan.sync.kind
         """What each weight sync ships (plan/sync.py): adapter, merged or full."""
+        self.progress = Progress(spec.board, f"trainer rank {spec.rank}")
+        """Start-up phases for the driver's board (progress.py); named as the driver's TrainerGroup labels it."""
 
     @property
     def _keeps_frozen_ref(self) -> bool:

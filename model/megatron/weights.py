@@ -87,26 +87,31 @@ def copy_shard(param: torch.Tensor, source, kind: str, names: tuple[str, ...], i
         _copy_rows(param, source, kind, list(names), index)
 
 
-def load_weights(model: torch.nn.Module, source) -> None:
-    """Copy checkpoint weights (a SafetensorsFolder or TensorDict) into this rank's shards."""
+def load_weights(model: torch.nn.Module, source, on_progress=None) -> None:
+    """Copy checkpoint weights (a SafetensorsFolder or TensorDict) into this rank's shards.
+    on_progress(bytes loaded, bytes in all) after each tensor: the start-up progress line."""
     tensors = base_tensors(model)
     table = name_table(model.spec)
     unmatched = sorted(set(tensors) ^ {row[0] for row in table})
     if unmatched:
         raise KeyError(f"the name table and the model disagree on {unmatched[:5]}")
     experts = model.spec.n_routed_experts
+    total, done = sum(t.numel() * t.element_size() for t in tensors.values()), 0
     try:
         for mname, kind, names in table:
             param = tensors[mname]
             _check_row(source, mname, kind, names, whole_shape(param), experts)
             with torch.no_grad():
                 copy_shard(param, source, kind, names, shard_index(param))
+            done += param.numel() * param.element_size()
+            if on_progress is not None:
+                on_progress(done, total)
     finally:
         source.close()
 
 
-def load_checkpoint_folder(model: torch.nn.Module, folder: str) -> None:
-    load_weights(model, SafetensorsFolder(folder))
+def load_checkpoint_folder(model: torch.nn.Module, folder: str, on_progress=None) -> None:
+    load_weights(model, SafetensorsFolder(folder), on_progress)
 
 
 def load_hf_state(model: torch.nn.Module, hf_state: dict[str, torch.Tensor]) -> None:

@@ -45,11 +45,19 @@ class Run:
         except psutil.NoSuchProcess:
             pass
 
-    def metrics(self) -> list[dict]:
+    def rows(self) -> list[dict]:
+        """Every row of metrics.jsonl."""
         file = self.dir / "metrics.jsonl"
         if not file.exists():
             return []
         return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+
+    def metrics(self) -> list[dict]:
+        """The training and evaluation rows (the start-up rows, one per launch, left out)."""
+        return [row for row in self.rows() if "startup" not in row]
+
+    def startup_rows(self) -> list[dict]:
+        return [row for row in self.rows() if "startup" in row]
 
     def wait_for_step(self, step: int, timeout_s: float = 240) -> None:
         deadline = time.monotonic() + timeout_s

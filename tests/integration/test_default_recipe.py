@@ -20,4 +20,10 @@ def test_default_recipe_trains_and_evaluates_from_the_shipped_files(launch_run):
     assert evals[0]["eval/n"] == 8 and evals[0]["eval/k"] == 2
     # A response is at most max_response_len tokens; one that stopped early ended at an eos id.
     assert all(0 < r["response_len"] <= 3 and 0 <= r["truncated_frac"] <= 1 for r in steps)
+    (startup,) = run.startup_rows()
+    assert startup["step"] == 0 and startup["startup_estimate_s"] > 0
+    assert {"engine 0", "trainer rank 0", "driver"} <= set(startup["startup"])
+    assert set(startup["startup"]["engine 0"]) == {"building (empty: weights come by sync)"}  # no checkpoint read, no init
+    assert "first sync" in startup["startup"]["driver"] and startup["startup_s"] > 0
+    assert "start-up engines: engine 0" in out and "start-up trainers: trainer rank 0" in out
     assert run.leftover_daemons() == []

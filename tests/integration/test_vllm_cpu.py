@@ -81,7 +81,8 @@ def _launch(tmp_path, *overrides) -> list[dict]:
 
     composed = compose(["recipe=tiny_qwen3_vllm", *overrides])
     assert launch(composed, make_plan(composed.config), tmp_path) == EXIT_OK
-    return [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "startup" not in r]
 
 
 def _check_probes(probes: list[dict], steps: int) -> None:

@@ -9,8 +9,14 @@ kept until finish wraps the model with peft on the first adapter and loads. A CU
 device to device; what outlives the call (adapter tensors, parts of a fused weight whose
 other parts come in a later bucket) is copied out first, as the trainer then frees the buffer.
 
+An engine whose first weights come by sync (plan.startup: random init, or merged/full sync,
+which re-sends every weight anyway) builds its model empty: no parameter is allocated or
+initialized until the first update gives them storage on the device (model.materialize).
+
 Sleep level 1 moves the weights to host RAM (a no-op when the device is the CPU); level 2
-drops them, and the next weight update brings them back. Generating while asleep is an error.
+drops them, and the next weight update brings them back, straight onto the device (the
+planner's first-sync phase holds them there). Generating while asleep or before any
+weights arrived is an error.
 """
 import os
 
@@ -21,7 +27,7 @@ from launcher.contract.spec import ActorSpec
 from launcher.rl.tokenizer import make_tokenizer
 from launcher.workers.engine_base import EngineBase, Received, ServedWeights
 from launcher.workers.hf import lora
-from launcher.workers.hf.model import VISION_PREFIX, build_model
+from launcher.workers.hf.model import VISION_PREFIX, build_model, drop_parameters, materialize
 from launcher.workers.hf.names import ModelNameAssembler
 from launcher.workers.hf.sampling import sample
 from launcher.workers.ipc import open_bucket
@@ -33,7 +39,7 @@ from launcher.workers.registry import ENGINES
 class HfEngine(EngineBase, ServedWeights):
     def __init__(self, spec: ActorSpec):
         config = spec.config
-        EngineBase.__init__(self, "hf", spec.rank)
+        EngineBase.__init__(self, "hf", spec)
         if "OMP_NUM_THREADS" in os.environ:
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         if config.inference.tp != 1:
@@ -43,8 +49,13 @@ class HfEngine(EngineBase, ServedWeights):
         tok = make_tokenizer(config.model)
         # Every EOS id of the checkpoint's generation_config (GLM: <|endoftext|>, <|user|>, <|observation|>).
         self.eos_ids, self.pad_id = tok.eos_ids, tok.pad_id
-        self.model = build_model(config.model, tok.pad_id, config.run.seed).to(self.device).eval()
-        ServedWeights.__init__(self, config.model.hf_path)
+        reads_checkpoint = spec.plan.startup.engine_reads_checkpoint
+        self.progress.phase("reading checkpoint" if reads_checkpoint else "building (empty: weights come by sync)")
+        self.model = build_model(config.model, tok.pad_id, config.run.seed, self.device,
+                                 empty=not reads_checkpoint).eval()
+        ServedWeights.__init__(self, config.model.hf_path if reads_checkpoint else None)
+        self.has_weights = reads_checkpoint
+        self.progress.phase("ready")
         self.asleep_level = 0
         self._names: ModelNameAssembler | None = None
         self._manifest: SyncManifest | None = None
@@ -53,6 +64,8 @@ class HfEngine(EngineBase, ServedWeights):
     def generate(self, request: GenerationRequest) -> Generation:
         if self.asleep_level:
             raise RuntimeError(f"{self.who} was asked to generate while asleep (level {self.asleep_level})")
+        if not self.has_weights:
+            raise RuntimeError(f"{self.who} was asked to generate before any weight update (it starts empty)")
         self._refuse_mid_update()
         results = sample(self.model, request.prompts, request.sampling, self.eos_ids, self.pad_id, request.seed)
         return Generation(tokens=[r.tokens for r in results], logprobs=[r.logprobs for r in results],
@@ -72,7 +85,7 @@ class HfEngine(EngineBase, ServedWeights):
         """Each update starts clean: a new manifest, and no parts of fused tensors left by a
         failed one."""
         if not self.has_weights:
-            self.model.to_empty(device="cpu" if self.asleep_level else self.device)
+            materialize(self.model, "cpu" if self.asleep_level == 1 else self.device)
         self._manifest = None
         if self._names is not None:
             self._names.pending.clear()
@@ -132,12 +145,13 @@ class HfEngine(EngineBase, ServedWeights):
             raise ValueError(f"weights the engine's model does not have: {result.unexpected_keys[:5]}")
 
     def sleep(self, level: int) -> None:
-        if level >= 1 and self.device.type == "cuda":
-            self.model.to("cpu")
-            torch.cuda.empty_cache()
         if level >= 2:
-            self.model.to_empty(device="meta")
+            drop_parameters(self.model)
             self.has_weights = False
+        elif level == 1 and self.has_weights and self.device.type == "cuda":
+            self.model.to("cpu")
+        if level >= 1 and self.device.type == "cuda":
+            torch.cuda.empty_cache()
         self.asleep_level = level
 
     def wake(self) -> None:

@@ -1,9 +1,16 @@
 """Build the transformers model a config describes: glm5_next (text + a tiny frozen vision
 tower, which HF's class requires) or any causal LM type through AutoModelForCausalLM.
 
-Random init (model.hf_path null) is seeded, so every process that builds the model from
-the same config and seed holds the same weights; the trainer still pushes its weights to
-the engines at start so engines never depend on that.
+Nothing is built twice or on the wrong device (a 23.8B-parameter slice initialized on one
+CPU thread took 9 minutes, and the first sync then overwrote it):
+- from `model.hf_path` the checkpoint is read straight onto the actor's device;
+- random init (model.hf_path null) runs HF's init rules on the actor's device, seeded, so
+  every process that builds from the same config and seed on the same device holds the same
+  weights;
+- `empty` (an engine whose weights the first sync fills) allocates and initializes no
+  parameter: they stay on the meta device until materialize() gives them storage. Buffers
+  are built for real: the sync ships only the state dict, and non-persistent buffers (a
+  rotary inv_freq) are not in it.
 """
 import dataclasses
 from collections.abc import Iterator
@@ -56,20 +63,76 @@ def _model_class(model_type: str):
     return AutoModelForCausalLM
 
 
-def build_model(model_cfg, pad_id: int, seed: int) -> torch.nn.Module:
-    """The model in `model.dtype`, vision tower frozen; random init is seeded by `seed`."""
+def _from_config(cls, config, dtype: torch.dtype) -> torch.nn.Module:
+    builder = cls.from_config if hasattr(cls, "from_config") else cls._from_config
+    return builder(config, dtype=dtype)
+
+
+def _architecture(model_cfg, pad_id: int):
+    """The HF config: the checkpoint's own config.json when there is one, else `model.arch`."""
+    if model_cfg.hf_path:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(model_cfg.hf_path)
+    return hf_config(model_cfg.arch, pad_id)
+
+
+def build_model(model_cfg, pad_id: int, seed: int, device: torch.device | str = "cpu",
+                empty: bool = False) -> torch.nn.Module:
+    """The model in `model.dtype` on `device`, vision tower frozen (module docstring: the
+    three ways its weights come). `empty`: parameters on the meta device, for materialize()."""
     dtype = getattr(torch, getattr(model_cfg.dtype, "value", model_cfg.dtype))
     cls = _model_class(model_cfg.arch.model_type)
-    if model_cfg.hf_path:
-        model = cls.from_pretrained(model_cfg.hf_path, dtype=dtype)
+    if empty:
+        from accelerate import init_empty_weights
+        from transformers.initialization import no_init_weights
+
+        with init_empty_weights(include_buffers=False), no_init_weights():
+            model = _from_config(cls, _architecture(model_cfg, pad_id), dtype)
+        model.tie_weights()  # done by the init_weights that no_init_weights skips
+        _buffers_to(model, device)
+    elif model_cfg.hf_path:
+        model = cls.from_pretrained(model_cfg.hf_path, dtype=dtype, device_map=torch.device(device))
     else:
         torch.manual_seed(seed)
-        config = hf_config(model_cfg.arch, pad_id)
-        model = cls.from_config(config, dtype=dtype) if hasattr(cls, "from_config") else cls._from_config(config, dtype=dtype)
+        with torch.device(device):
+            model = _from_config(cls, hf_config(model_cfg.arch, pad_id), dtype)
     for name, param in model.named_parameters():
         if name.startswith(VISION_PREFIX):
             param.requires_grad_(False)
     return model
+
+
+def _replace_parameters(model: torch.nn.Module, make, which) -> None:
+    """Each parameter `which` picks becomes `make(param)` (tied parameters stay tied)."""
+    done: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is None or not which(param):
+                continue
+            if id(param) not in done:
+                done[id(param)] = torch.nn.Parameter(make(param), requires_grad=param.requires_grad)
+            module._parameters[name] = done[id(param)]
+
+
+def materialize(model: torch.nn.Module, device: torch.device | str) -> None:
+    """Give every meta parameter uninitialized storage on `device`, buffers left as they are
+    (Module.to_empty also empties the buffers: a non-persistent one, never synced, would
+    then hold garbage)."""
+    _replace_parameters(model, lambda p: torch.empty_like(p, device=device), lambda p: p.is_meta)
+
+
+def drop_parameters(model: torch.nn.Module) -> None:
+    """Free every parameter's storage (meta), keeping the buffers: a level-2 sleep."""
+    _replace_parameters(model, lambda p: torch.empty_like(p, device="meta"), lambda p: True)
+
+
+def _buffers_to(model: torch.nn.Module, device: torch.device | str) -> None:
+    """Module.to for the buffers alone (it refuses meta parameters)."""
+    for module in model.modules():
+        for name, buf in module._buffers.items():
+            if buf is not None:
+                module._buffers[name] = buf.to(device)
 
 
 def language_items(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

@@ -41,13 +41,16 @@ class HfTrainer(TrainerBase):
         super().__init__(spec)
         config = spec.config
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        model = build_model(config.model, self.pad_id, config.run.seed)
+        self.progress.phase("reading checkpoint" if config.model.hf_path else f"random init on {self.device.type}")
+        model = build_model(config.model, self.pad_id, config.run.seed, self.device)
+        self.progress.phase("LoRA, reference, optimizer")
         self.ref = copy.deepcopy(model).eval() if self._keeps_frozen_ref else None
-        self.model = (lora.wrap(model, self.lora) if self.lora else model).to(self.device)
+        self.model = (lora.wrap(model, self.lora) if self.lora else model).to(self.device)  # peft's adapters too
         self.runner = self.model
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         opt = config.trainer.optimizer
         self.optimizer = torch.optim.AdamW(self.params, lr=opt.lr, weight_decay=opt.weight_decay)
+        self.progress.phase("ready")
 
     def init_distributed(self, master_addr: str, master_port: int) -> None:
         """The data-parallel group, every rank starting from rank 0's weights."""

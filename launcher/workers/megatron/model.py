@@ -5,6 +5,7 @@ CPU, where Megatron's grad buffers cannot live).
 import torch
 from megatron.core import parallel_state as ps
 
+from launcher.workers.progress import Progress
 from model.megatron.build import build_model, init_parallel
 from model.megatron.init import init_adapters, init_weights
 from model.megatron.lora import apply_lora
@@ -13,22 +14,28 @@ from model.megatron.spec import ModelSpec
 from model.megatron.weights import load_checkpoint_folder
 
 
-def build_rank_model(config, mesh, device: torch.device, pad_id: int):
-    """This rank's model with weights (checkpoint or HF-rule random init) and LoRA if asked.
-    `mesh` is the plan's (etp resolved there)."""
+def build_rank_model(config, mesh, device: torch.device, pad_id: int, progress: Progress | None = None):
+    """This rank's model with weights (checkpoint or HF-rule random init, both straight on
+    `device`) and LoRA if asked. `mesh` is the plan's (etp resolved there); `progress`
+    gets the start-up phases."""
+    progress = progress or Progress(None, "")
     if mesh.pp != 1 or mesh.cp != 1:
         raise ValueError("the megatron backend runs pp=1, cp=1 (mHC forbids PP, KDA has no CP path)")
+    progress.phase("model-parallel groups")
     init_parallel(mesh.tp, mesh.ep, mesh.etp)
+    progress.phase(f"building model on {device.type}")
     spec = ModelSpec.from_arch(config.model.arch, config.model.dtype, pad_id)
     granularity = config.trainer.recompute.granularity.value
     modules = frozenset(config.trainer.recompute.modules) if granularity == "selective" else frozenset()
     model = build_model(spec, device, recompute_layers=granularity == "full", recompute_modules=modules)
     if config.model.hf_path:
-        load_checkpoint_folder(model, config.model.hf_path)
+        load_checkpoint_folder(model, config.model.hf_path, progress.bytes_reporter("reading checkpoint"))
     else:
+        progress.phase(f"random init on {device.type}")
         init_weights(model, config.run.seed)
     lora = config.trainer.lora
     if lora.rank > 0:
+        progress.phase("LoRA adapters")
         apply_lora(model, list(lora.targets), lora.rank, lora.alpha, lora.share_expert_adapters,
                    lora.normalize_moe_lora, config.model.arch.num_experts_per_tok)
         init_adapters(model, config.run.seed)

@@ -44,17 +44,21 @@ class MegatronTrainer(TrainerBase):
 
         Every group gets trainer.nccl_timeout_s: the world group here, Megatron's subgroups
         from it (build.init_parallel takes the world group's timeout)."""
+        self.progress.phase("process group")
         self._join_process_group(master_addr, master_port)
-        self.model = megatron_model.build_rank_model(self.cfg, self.mesh, self.device, self.pad_id)
+        self.model = megatron_model.build_rank_model(self.cfg, self.mesh, self.device, self.pad_id, self.progress)
         self.ref = None
         if self._keeps_frozen_ref:
+            self.progress.phase("frozen reference copy")
             self.ref = megatron_model.build_rank_model(self.cfg, self.mesh, self.device, self.pad_id).eval()
             self.ref.load_state_dict(self.model.state_dict())
+        self.progress.phase("optimizer")
         self.runner, self.optimizer, self.megatron_ddp = megatron_model.build_optimizer(self.model, self.cfg, self.mesh,
                                                                                          self.device)
         self.dp = megatron_model.data_parallel_size()
         self.mover = DeviceMover(self.model, *((self.runner, self.optimizer) if self.megatron_ddp else ()),
                                  optimizer_on_host=self.cfg.trainer.optimizer.cpu_offload)
+        self.progress.phase("ready")
 
     def _micro_batches(self, shard: TrainShard) -> list[PackedBatch]:
         return pack_shard(shard.sequences, shard.prompt_lens, self.pad_id, self.cfg.trainer.max_tokens_per_microbatch,

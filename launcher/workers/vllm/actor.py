@@ -24,7 +24,7 @@ from launcher.workers.vllm.adapter import write_adapter
 class VllmInference(EngineBase):
     def __init__(self, spec: ActorSpec):
         config, engine_index = spec.config, spec.rank
-        super().__init__("vllm", engine_index)
+        super().__init__("vllm", spec)
         from launcher.workers.vllm.engine import VllmEngine
 
         tok = make_tokenizer(config.model)

@@ -57,8 +57,9 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
         # Without it vLLM builds Glm5Next's multimodal processor, which refuses to start with
         # skip_tokenizer_init (renderers/base.py); text-only models ignore it.
         kwargs["language_model_only"] = True
-    if cfg.model.hf_path is None:
-        # Random init: the trainer pushes its weights before the first generation.
+    if not plan.startup.engine_reads_checkpoint:
+        # Random init, or a merged/full sync that re-sends every weight: the trainer pushes
+        # its weights before the first generation, so reading the checkpoint is wasted.
         kwargs["load_format"] = "dummy"
     if on_cpu:
         planned = int(plan.memory.inference.cache_gib * 2**30)

@@ -99,7 +99,7 @@ class VllmEngine(ServedWeights):
         self.transfer_backend: str | None = kwargs.get("weight_transfer_config", {}).get("backend")
         """"ipc" / "nccl" when the trainer pushes merged weights over the GPU transfer, else None."""
         self.llm = LLM(**kwargs)
-        super().__init__(cfg.model.hf_path)
+        super().__init__(cfg.model.hf_path if plan.startup.engine_reads_checkpoint else None)
         self._asleep: set[str] = set()
         self._told_no_sleep = False
         self._lora = None

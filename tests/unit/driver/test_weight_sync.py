@@ -172,6 +172,7 @@ def test_async_sync_returns_with_the_tail_queued_and_checks_it_later():
 def test_engine_refuses_to_generate_in_the_middle_of_an_update():
     cfg, trainer = _trainer()
     engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
+    sync_in_process(trainer, [engine], 0, with_base=True)  # it starts empty: the first sync fills it
     request = GenerationRequest([[5, 6, 7]], 1, SamplingParams(max_tokens=2))
     engine.begin_weight_update(WeightUpdate(1))
     with pytest.raises(RuntimeError, match="middle of weight update 1"):
