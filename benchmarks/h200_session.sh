@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# One device call (H200 machine, wheels in .whl/, Triton cache in .tritonparts/): install the
+# One device call (H200 machine, wheels in .whl/, Triton cache in .tritonparts/ if any): install the
 # carried wheels and any .pkgs/*.txz (site-packages trees packed with xz -9: Ray without its
 # jars and dashboard, transformers, which xz packs to a third of their wheels), restore the
 # Triton/fla autotune cache, run the given steps each under its own time limit, then hand
 # the grown cache back in 15 MB parts. Usage, from the repo root:
 #   bash benchmarks/h200_session.sh "<seconds> <command>" ...      (logs and results in $OUT)
+# .whl/ and .pkgs/ come from scripts/prepare_device_carry.sh (carry: .whl, .pkgs, and .tritonparts if present).
 # RETURN_CACHE=0 skips handing the cache back (a last call of the session).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -12,7 +13,11 @@ for pkg in .pkgs/*.txz; do [ -e "$pkg" ] && { tar xJf "$pkg" -C /tmp/site || exi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor  # torch.compile'd kernels travel with the Triton cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-cat .tritonparts/triton.txz* | tar xJf - -C "$HOME"
+if compgen -G ".tritonparts/triton.txz*" >/dev/null; then
+    cat .tritonparts/triton.txz* | tar xJf - -C "$HOME" || echo "Triton cache in .tritonparts/ unreadable: starting cold"
+else
+    echo "no .tritonparts/: Triton and fla kernels autotune from cold (minutes on a first step)"
+fi
 step=0
 for spec in "$@"; do
     step=$((step + 1))
