@@ -30,6 +30,7 @@ def test_auto_resume_falls_back_past_a_checkpoint_the_trainers_cannot_load(launc
     assert f"skipping {newest}: a trainer rank could not load it (DamagedCheckpointError: {model} is damaged" in err
     assert f"resumed from {checkpoints / 'step_000002'} (step 2)" in out
     assert f"removed {unfinished}" in err and not unfinished.exists()
-    assert "metrics.jsonl: dropped line 5, cut short or damaged" in err
+    # Line 1 is the first run's startup row, lines 2-5 its steps, line 6 the torn one.
+    assert "metrics.jsonl: dropped line 6, cut short or damaged" in err
     assert [m["step"] for m in resumed.metrics()] == [1, 2, 3, 4, 5, 6]
     assert damage(newest) is None and torch.load(model, weights_only=True)  # step 4 written again, whole

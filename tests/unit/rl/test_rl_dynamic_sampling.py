@@ -11,7 +11,8 @@ from launcher.driver.rollout import make_chunks, sampling_params, score_group, s
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.dapo import has_signal
 from launcher.rl.tokenizer import CharTokenizer
-from launcher.workers import engine_class
+from launcher.workers import engine_class, trainer_class
+from launcher.workers.stream import sync_in_process
 
 SAMPLES = 4
 
@@ -24,7 +25,10 @@ def _setup(max_regenerations: int, *overrides: str):
     cfg = compose(["recipe=tiny_dapo_async", f"algorithm.samples_per_prompt={SAMPLES}",
                    f"algorithm.dynamic_sampling.max_regenerations={max_regenerations}", *overrides]).config
     tok = CharTokenizer(64)
-    return cfg, tok, PromptStream(cfg.data, 0, tok), engine_class("hf")(ActorSpec.planned(cfg, 0)), make_algorithm(cfg.algorithm)
+    engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
+    # The engine starts empty: the run's first sync fills it, as here.
+    sync_in_process(trainer_class("hf")(ActorSpec.planned(cfg, 0, 1)), [engine], 0, with_base=True)
+    return cfg, tok, PromptStream(cfg.data, 0, tok), engine, make_algorithm(cfg.algorithm)
 
 
 def _rounds(cfg, tok, stream, engine, algorithm, log: list):
