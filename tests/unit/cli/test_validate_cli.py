@@ -45,6 +45,7 @@ def valid_json(cli):
     return out, json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_validate_valid_config_exits_0_with_contract(valid_json):
     out, payload = valid_json
     assert out.returncode == 0, out.stdout + out.stderr
@@ -53,6 +54,7 @@ def test_validate_valid_config_exits_0_with_contract(valid_json):
     assert isinstance(payload["plan"], dict)
 
 
+@pytest.mark.slow
 def test_validate_json_plan_has_required_keys(cli):
     out = cli("validate", "recipe=dapo_sync", "--format", "json")
     plan = json.loads(out.stdout)["plan"]
@@ -65,6 +67,7 @@ def test_validate_json_plan_has_required_keys(cli):
     assert plan["env"]["FLA_TILELANG"] == "0"
 
 
+@pytest.mark.slow
 def test_validate_invalid_config_exits_1_errors_first(cli):
     out = cli("validate", *ERROR_AND_WARNING, "--format", "json")
     assert out.returncode == 1, out.stdout + out.stderr
@@ -106,6 +109,7 @@ def test_plan_typo_key_exits_2_as_json(cli, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_validate_all_covers_every_recipe_and_exits_0(cli):
     out = cli("validate", "--all")
     assert out.returncode == 0, out.stdout
@@ -115,6 +119,7 @@ def test_validate_all_covers_every_recipe_and_exits_0(cli):
         assert head.startswith(f"recipe={recipe} [{recipe} on ") and ": 0 error(s)" in head
 
 
+@pytest.mark.slow
 def test_validate_all_json_is_one_payload_per_recipe(cli):
     out = cli("validate", "--all", "--format", "json")
     payloads = json.loads(out.stdout)
@@ -146,6 +151,7 @@ def test_plan_success_writes_config_overrides_and_plan(cli, tmp_path):
     assert "# mesh" in out.stdout and "# batch" in out.stdout  # readable tables
 
 
+@pytest.mark.slow
 def test_secret_env_override_needs_plus_prefix(cli):
     """`env` is an open dict that starts empty: a new key needs Hydra's `+`, without it it is a typo (exit 2)."""
     out = cli("validate", "recipe=tiny_grpo", f"env.WANDB_API_KEY={SECRET}", "--format", "json")
@@ -153,6 +159,7 @@ def test_secret_env_override_needs_plus_prefix(cli):
     assert SECRET not in out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_secret_masked_in_plan_text_and_run_files(cli, tmp_path):
     out = cli("plan", "recipe=tiny_grpo", f"+env.WANDB_API_KEY={SECRET}", f"run.output_dir={tmp_path}")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -166,12 +173,14 @@ def test_secret_masked_in_plan_text_and_run_files(cli, tmp_path):
 
 
 
+@pytest.mark.slow
 def test_secret_masked_in_validate_json(cli):
     out = cli("validate", "recipe=tiny_grpo", f"+env.WANDB_API_KEY={SECRET}", "--format", "json")
     assert out.returncode == 0
     assert SECRET not in out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_secret_masked_in_plan_json(cli, tmp_path):
     out = cli("plan", "recipe=tiny_grpo", f"+env.WANDB_API_KEY={SECRET}", "--format", "json",
               f"run.output_dir={tmp_path}")
@@ -195,6 +204,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r}))
 """
 
 
+@pytest.mark.slow
 def test_compose_plan_validate_import_no_heavy_stack():
     out = subprocess.run([sys.executable, "-c", IMPORT_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

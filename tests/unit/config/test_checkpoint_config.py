@@ -99,6 +99,7 @@ def test_qwen3_fields_come_from_the_top_level_and_glm_features_are_off(tmp_path)
 
 # --------------------------------------------------------------------------- composition
 
+@pytest.mark.slow
 def test_compose_takes_every_arch_field_from_config_json(tmp_path, bare_descriptor):
     folder = write_checkpoint(tmp_path / "ckpt", glm_config(intermediate_size=96, moe_intermediate_size=16))
     composed, plan, findings = validate("recipe=tiny_grpo", bare_descriptor, f"model.hf_path={folder}")
@@ -112,6 +113,7 @@ def test_compose_takes_every_arch_field_from_config_json(tmp_path, bare_descript
     assert [f for f in findings if f.severity == "error"] == []
 
 
+@pytest.mark.slow
 def test_unset_arch_fields_are_no_disagreement(tmp_path, bare_descriptor):
     """The bare descriptor leaves every field at the schema default (hidden_size 4096): none counts."""
     folder = write_checkpoint(tmp_path / "ckpt", glm_config())
@@ -120,6 +122,7 @@ def test_unset_arch_fields_are_no_disagreement(tmp_path, bare_descriptor):
     assert of(findings, "MODEL006") == []
 
 
+@pytest.mark.slow
 def test_declared_values_equal_to_the_checkpoint_pass(tmp_path):
     folder = write_checkpoint(tmp_path, glm_config())
     composed, _, findings = validate("recipe=tiny_grpo", f"model.hf_path={folder}")
@@ -127,6 +130,7 @@ def test_declared_values_equal_to_the_checkpoint_pass(tmp_path):
     assert of(findings, "MODEL006") == [] and of(findings, "MODEL003") == []
 
 
+@pytest.mark.slow
 def test_null_schedule_claims_nothing(tmp_path):
     """layer_types=null means HF's default schedule: not a disagreement with the listed one."""
     folder = write_checkpoint(tmp_path, glm_config())
@@ -135,6 +139,7 @@ def test_null_schedule_claims_nothing(tmp_path):
     assert composed.config.model.arch.layer_types == descriptor_arch("tiny")["layer_types"]
 
 
+@pytest.mark.slow
 def test_override_that_disagrees_is_model006_naming_both_values(tmp_path):
     folder = write_checkpoint(tmp_path, glm_config())
     composed, _, findings = validate("recipe=tiny_grpo", f"model.hf_path={folder}", "model.arch.hidden_size=128")
@@ -145,6 +150,7 @@ def test_override_that_disagrees_is_model006_naming_both_values(tmp_path):
     assert composed.config.model.arch.hidden_size == 64  # the planner sees the checkpoint's width
 
 
+@pytest.mark.slow
 def test_every_differing_field_is_listed(tmp_path):
     folder = write_checkpoint(tmp_path, glm_config())
     _, _, findings = validate("recipe=tiny_grpo", f"model.hf_path={folder}", "model.arch.hidden_size=128",
@@ -154,6 +160,7 @@ def test_every_differing_field_is_listed(tmp_path):
     assert "index_kpool: descriptor 8 vs checkpoint 4" in f.message and "descriptor 128 vs checkpoint 64" in f.message
 
 
+@pytest.mark.slow
 def test_glm_descriptor_against_a_qwen3_checkpoint_names_the_missing_features(tmp_path):
     folder = write_checkpoint(tmp_path, qwen3_config())
     composed, _, findings = validate("recipe=tiny_grpo", f"model.hf_path={folder}")
@@ -164,6 +171,7 @@ def test_glm_descriptor_against_a_qwen3_checkpoint_names_the_missing_features(tm
     assert composed.config.model.arch.hc_mult == 1
 
 
+@pytest.mark.slow
 def test_qwen3_descriptor_with_its_checkpoint_passes(tmp_path):
     folder = write_checkpoint(tmp_path, qwen3_config())
     _, _, findings = validate("recipe=tiny_qwen3_vllm", f"model.hf_path={folder}")
@@ -181,6 +189,7 @@ def test_missing_folder_names_it(tmp_path):
     assert str(tmp_path / "nowhere") in f.message and "config.json" in f.message and f.key == "model.hf_path"
 
 
+@pytest.mark.slow
 def test_missing_config_json_names_the_file(tmp_path):
     (f,) = model003(write_checkpoint(tmp_path, None))
     assert f"{tmp_path / 'config.json'} does not exist" in f.message and f.severity == "error"
@@ -191,11 +200,13 @@ def test_bad_json_names_the_file_and_line(tmp_path):
     assert str(tmp_path / "config.json") in f.message and "is not valid JSON" in f.message and "line 2" in f.message
 
 
+@pytest.mark.slow
 def test_unknown_model_type_names_the_file(tmp_path):
     (f,) = model003(write_checkpoint(tmp_path, qwen3_config(model_type="no_such_model")))
     assert str(tmp_path / "config.json") in f.message and "model_type='no_such_model'" in f.message
 
 
+@pytest.mark.slow
 def test_megatron_builds_only_glm5_next(tmp_path):
     folder = write_checkpoint(tmp_path, qwen3_config())
     (f,) = model003(folder, "trainer.backend=megatron")
@@ -208,6 +219,7 @@ def test_wrongly_typed_field_names_file_and_field(tmp_path):
     assert "text_config.hidden_size='wide', not int" in f.message and str(tmp_path / "config.json") in f.message
 
 
+@pytest.mark.slow
 def test_missing_index_names_it(tmp_path):
     folder = write_checkpoint(tmp_path, glm_config())
     (folder / "model.safetensors.index.json").unlink()
@@ -215,6 +227,7 @@ def test_missing_index_names_it(tmp_path):
     assert str(folder / "model.safetensors.index.json") in f.message and "model.safetensors" in f.message
 
 
+@pytest.mark.slow
 def test_single_safetensors_file_needs_no_index(tmp_path):
     folder = write_checkpoint(tmp_path, glm_config())
     (folder / "model.safetensors.index.json").unlink()
@@ -222,6 +235,7 @@ def test_single_safetensors_file_needs_no_index(tmp_path):
     assert model003(folder) == []
 
 
+@pytest.mark.slow
 def test_index_naming_an_absent_shard_names_the_shard(tmp_path):
     folder = write_checkpoint(tmp_path, glm_config())
     (folder / SHARDS[1]).unlink()
@@ -230,6 +244,7 @@ def test_index_naming_an_absent_shard_names_the_shard(tmp_path):
     assert SHARDS[0] not in f.message and "1 of 2" in f.message
 
 
+@pytest.mark.slow
 def test_unreadable_index_names_it(tmp_path):
     folder = write_checkpoint(tmp_path, glm_config())
     (folder / "model.safetensors.index.json").write_text("{not json")
@@ -255,6 +270,7 @@ DAMAGE = {"no_config": "config.json", "bad_json": "config.json", "unknown_type":
           "no_index": "model.safetensors.index.json", "missing_shard": SHARDS[0]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(DAMAGE))
 def test_validate_json_exits_1_naming_the_file(cli, tmp_path, kind):
     folder = write_checkpoint(tmp_path, glm_config())
@@ -266,6 +282,7 @@ def test_validate_json_exits_1_naming_the_file(cli, tmp_path, kind):
     assert payload["ok"] is False and any(DAMAGE[kind] in m for m in messages), messages
 
 
+@pytest.mark.slow
 def test_checking_a_checkpoint_imports_no_heavy_stack(tmp_path):
     """validate/ and the config reader stay torch-free (the house rule: validation < 1 s anywhere)."""
     folder = write_checkpoint(tmp_path, glm_config())
@@ -281,6 +298,7 @@ def test_checking_a_checkpoint_imports_no_heavy_stack(tmp_path):
 
 # --------------------------------------------------------------------------- the real tiny checkpoints
 
+@pytest.mark.slow
 def test_plan_params_come_from_the_real_checkpoint(cli, tiny_glm_checkpoint, bare_descriptor, tmp_path):
     """`plan recipe=tiny_grpo model=bare model.hf_path=<fixture>`: the plan's model is the checkpoint's."""
     out = cli("plan", "recipe=tiny_grpo", bare_descriptor, f"model.hf_path={tiny_glm_checkpoint}",
@@ -294,6 +312,7 @@ def test_plan_params_come_from_the_real_checkpoint(cli, tiny_glm_checkpoint, bar
     assert plan["arch"]["layer_types"] == config["layer_types"]
 
 
+@pytest.mark.slow
 def test_real_checkpoints_pass_with_their_descriptors(point, tiny_glm_checkpoint, tiny_qwen3_checkpoint):
     for recipe, folder in (("tiny_grpo", tiny_glm_checkpoint), ("tiny_qwen3_vllm", tiny_qwen3_checkpoint)):
         p = point(f"recipe={recipe}", f"model.hf_path={folder}")

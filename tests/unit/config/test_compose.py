@@ -9,6 +9,7 @@ RECIPES = sorted(available("recipe"))
 CLUSTERS = sorted(available("cluster"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_composes_on_its_cluster(recipe):
     composed = compose([f"recipe={recipe}"])
@@ -44,6 +45,7 @@ def test_unknown_nested_key_names_full_key_and_closest():
     assert "`trainer.mesh.tp`" in f.message
 
 
+@pytest.mark.slow
 def test_a_key_added_with_plus_to_a_typed_section_is_unknown():
     """`+` lifts Hydra's struct check; the schema still has no such key."""
     f = _finding(["recipe=tiny_grpo", "+trainer.mesh.tpp=2"])
@@ -84,6 +86,7 @@ def test_bad_override_syntax():
     assert _finding(["trainer.mesh.tp"]).id == "CFG005"
 
 
+@pytest.mark.slow
 def test_typo_and_yaml_error_in_an_extra_recipe_tree(tmp_path, monkeypatch):
     recipes = tmp_path / "recipes"
     recipes.mkdir()

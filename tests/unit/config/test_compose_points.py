@@ -43,6 +43,7 @@ def outcome(compose_point, overrides: list[str]) -> dict:
             "plan": plan.to_dict() if plan.mesh_ok else None}
 
 
+@pytest.mark.slow
 def test_every_sweep_point_equals_its_full_compose():
     composer = PointComposer()
     points = expand(SWEEP) + ODD_POINTS
@@ -65,6 +66,7 @@ def test_hydra_composes_once_per_set_of_group_choices():
     assert configs[0].cfg is not configs[1].cfg  # each point its own copy: one's edit never leaks
 
 
+@pytest.mark.slow
 def test_checkpoint_arch_and_declared_values_equal_a_full_compose(tmp_path):
     folder = write_checkpoint(tmp_path / "ckpt", glm_config())
     composer = PointComposer()

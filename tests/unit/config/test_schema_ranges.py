@@ -45,6 +45,7 @@ def test_every_int_size_count_and_length_declares_a_range():
     assert set(RANGES) <= set(NUMERIC)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(NUMERIC))
 def test_numeric_field_bad_values_are_findings_never_tracebacks(base, key):
     kind = NUMERIC[key]
@@ -72,6 +73,7 @@ def test_int_field_given_a_float_names_the_key(key):
     assert finding.id == "CFG002" and finding.key == key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides, key", [
     (["trainer.mesh.tp=-2"], "trainer.mesh.tp"), (["trainer.mesh.ep=-8"], "trainer.mesh.ep"),
     *[([f"trainer.mesh.{k}=0"], f"trainer.mesh.{k}") for k in ("tp", "pp", "cp", "ep", "etp")],
@@ -97,6 +99,7 @@ def _cli(*args):
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_and_sweep_report_ranges_without_traceback(tmp_path):
     out = _cli("validate", "recipe=dapo_sync", "trainer.mesh.tp=-2", "--format", "json")
     assert out.returncode == 2 and '"key": "trainer.mesh.tp"' in out.stdout and "Traceback" not in out.stderr

@@ -228,6 +228,7 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", "--lazy", str(mount_point)], check=True)  # lazy: a failed write's file may still be open
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_the_save_cleanly(tiny_disk):
     ckpt = Checkpointer(tiny_disk, 2, 1, 10)
     # No checkpoint to size the first one by: the write itself fails (torch: "enforce fail at inline_container").

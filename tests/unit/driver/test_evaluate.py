@@ -52,6 +52,7 @@ def _no_time(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.endswith("_s")}
 
 
+@pytest.mark.slow
 def test_due_steps():
     cfg = compose(["recipe=tiny_grpo", "run.steps=5", "run.eval_every_steps=2", "run.eval_before_train=true"]).config
     ev = evaluate.Evaluator(cfg, evaluate.EvalSet([], [], "none"))
@@ -74,6 +75,7 @@ def test_synthetic_held_out_problems_come_from_indices_training_never_reaches():
     assert len(evaluate.eval_set(cfg, tokenizer).problems) == evaluate.SYNTHETIC_PROBLEMS
 
 
+@pytest.mark.slow
 def test_val_path_is_read_by_the_training_loader(tmp_path):
     val = tmp_path / "val.jsonl"
     rows = [{"question": f"q{i} 1+{i}=?", "answer": f"#### {1 + i}"} for i in range(5)]
@@ -99,6 +101,7 @@ def test_greedy_sampling_is_argmax():
     assert torch.allclose(logp, torch.log_softmax(logits, -1).max(-1).values)
 
 
+@pytest.mark.slow
 def test_eval_row_is_deterministic_and_matches_its_responses():
     cfg, tokenizer, _, engines = _setup()
     ev = evaluate.make_evaluator(cfg, tokenizer, force=True)
@@ -122,6 +125,7 @@ def test_eval_row_is_deterministic_and_matches_its_responses():
     assert first["eval/greedy_reward"] == pytest.approx(sum(rewards) / len(rewards))
 
 
+@pytest.mark.slow
 def test_greedy_only_and_training_weights_change_the_numbers():
     cfg, tokenizer, trainer, engines = _setup(["run.eval_samples=0"])
     ev = evaluate.make_evaluator(cfg, tokenizer, force=True)
@@ -157,6 +161,7 @@ def _eval_row(step):
             "eval/reward_errors": 0, "eval/n": 8, "eval/k": 4, "eval/policy_version": step, "eval/time_s": 0.1}
 
 
+@pytest.mark.slow
 def test_resume_drops_the_checkpoints_eval_row_and_the_plot_shows_held_out_series(tmp_path):
     from launcher.driver.plot import accuracy_panel
 
@@ -195,6 +200,7 @@ def test_eval_settings_pass_eval001(point, overrides):
     assert p.of("EVAL001") == []
 
 
+@pytest.mark.slow
 def test_eval_command_line(cli, tmp_path):
     from launcher.cli.args import parse_args
 

@@ -1,5 +1,6 @@
 """The run directory's config.yaml, overrides.yaml and plan.json (launcher/driver/rundir.py): secrets masked,
 schema fields named *key*/*token* kept, and the saved overrides recompose to the saved config."""
+import pytest
 import yaml
 from omegaconf import OmegaConf
 
@@ -8,6 +9,7 @@ from launcher.driver.rundir import write_run_files
 from launcher.secrets import MASK
 
 
+@pytest.mark.slow
 def test_saved_config_composes_to_the_same_config(tmp_path):
     """config.yaml + overrides.yaml of a run reproduce it; schema fields named *key*/*token* stay readable."""
     from launcher.plan import make_plan

@@ -41,6 +41,7 @@ def holder(tmp_path):
     proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["run", "plan"])
 def test_second_process_is_refused_fast_naming_the_holder(tmp_path, holder, command):
     run_dir, proc = holder
@@ -54,6 +55,7 @@ def test_second_process_is_refused_fast_naming_the_holder(tmp_path, holder, comm
     assert (run_dir / "config.yaml").read_text() == "the first run's\n"
 
 
+@pytest.mark.slow
 def test_lock_is_released_when_the_holder_exits(tmp_path, holder):
     run_dir, proc = holder
     proc.kill()
@@ -68,6 +70,7 @@ def _write_lock(run_dir: Path, **holder) -> None:
     (run_dir / LOCK_NAME).write_text(json.dumps({"started": "2026-01-01T00:00:00Z", **holder}))
 
 
+@pytest.mark.slow
 def test_stale_lock_of_a_dead_pid_is_taken_over(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -93,6 +96,7 @@ def test_live_pid_without_flock_is_still_refused(tmp_path):
         RunDirLock(tmp_path / "run").acquire()
 
 
+@pytest.mark.slow
 def test_holder_on_another_host_is_live_and_the_message_says_how_to_remove(tmp_path):
     _write_lock(tmp_path / "tiny_grpo", host="node-17.elsewhere", pid=4242, pid_start="99")
     out = _cli("run", "recipe=tiny_grpo", f"run.output_dir={tmp_path}")
@@ -108,6 +112,7 @@ def test_lock_released_on_error(tmp_path):
     RunDirLock(tmp_path / "run").acquire().release()
 
 
+@pytest.mark.slow
 def test_sweep_points_take_their_own_lock(tmp_path):
     point0 = tmp_path / "tiny_grpo" / "sweep" / "0"
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(point0)], cwd=ROOT, stdout=subprocess.PIPE, text=True)

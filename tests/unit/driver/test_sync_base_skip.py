@@ -8,6 +8,7 @@ driven by weight_sync's own stream; the group methods call them at once (no Ray)
 import json
 import shutil
 
+import pytest
 import torch
 
 from launcher.config.compose import compose
@@ -67,6 +68,7 @@ def _first_sync(cfg, trainer, engine):
     return with_base, sync_weights(_InProcess([trainer]), engines, 1, with_base, wait=True, max_bucket_bytes=BOUND)
 
 
+@pytest.mark.slow
 def test_first_sync_skips_the_base_the_engines_loaded(tiny_glm_checkpoint):
     cfg = _config(tiny_glm_checkpoint)
     trainer = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
@@ -86,6 +88,7 @@ def test_first_sync_skips_the_base_the_engines_loaded(tiny_glm_checkpoint):
     assert all(torch.equal(t, reference[n]) for n, t in served.items()) and skipped.version == 1
 
 
+@pytest.mark.slow
 def test_the_base_is_sent_when_the_engines_lack_it(tiny_glm_checkpoint, tmp_path):
     cfg = _config(tiny_glm_checkpoint)
     engine = engine_class("hf")(ActorSpec.planned(cfg, 0))

@@ -69,6 +69,7 @@ def test_other_ranks_take_every_step_but_ship_no_tensors():
     assert all(bucket is None for _, bucket in steps1)
 
 
+@pytest.mark.slow
 def test_adapter_export_sends_the_base_first_then_the_adapter():
     _, trainer = _trainer(*LORA, "trainer.lora.merge=false")
     update = trainer.begin_export(2, with_base=True, max_bucket_bytes=BOUND)
@@ -169,6 +170,7 @@ def test_async_sync_returns_with_the_tail_queued_and_checks_it_later():
     assert group.queue == [] and group.engines[0].version == 1 and len(trainers.live) == 0
 
 
+@pytest.mark.slow
 def test_engine_refuses_to_generate_in_the_middle_of_an_update():
     cfg, trainer = _trainer()
     engine = engine_class("hf")(ActorSpec.planned(cfg, 0))

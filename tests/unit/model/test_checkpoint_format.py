@@ -190,6 +190,7 @@ def test_index_naming_an_absent_file_is_named(tiny_glm_checkpoint, tmp_path):
         _load(folder)
 
 
+@pytest.mark.slow
 def test_tensor_missing_from_the_index_is_named(tiny_glm_checkpoint, tmp_path):
     from model.megatron.reader import CheckpointFormatError
 

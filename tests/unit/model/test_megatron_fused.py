@@ -54,6 +54,7 @@ def test_every_fused_function_has_a_sample():
     assert {f.__name__ for f in FUSED} == {f.__name__ for f in SAMPLES}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn", list(SAMPLES), ids=lambda f: f.__name__)
 def test_fused_function_traces_as_one_graph_and_matches_eager(fn):
     torch.manual_seed(0)

@@ -56,6 +56,7 @@ def _loss_megatron(meg, ids):
     return -logp_T.sum() + logp_T[ends].sum()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True])
 def test_lora_grads_match_hf_full_weight_grads(shared):
     from launcher.workers.hf.model import checkpoint_state

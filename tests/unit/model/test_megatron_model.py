@@ -130,6 +130,7 @@ SHARED_INDEXER = ["model=tiny", "model.arch.layer_types=[linear_attention,indexe
                   "model.arch.indexer_types=[full,full,shared,full]"]
 
 
+@pytest.mark.slow
 def test_shared_indexer_layer_matches_hf_and_survives_recompute():
     """indexer_types 'shared': layer 2 attends with layer 1's selection (HF's cross-layer
     top-k reuse). Logits match HF per sequence, the weights round-trip (no indexer of its

@@ -1,6 +1,8 @@
 """Re-planning a recipe onto another cluster while keeping chosen batch quantities (launcher/plan/replan.py,
 `plan --keep`): the 3-node DAPO recipe on 2 healthy nodes keeping 1536 sequences per step (docs/model.md
 section 5, incident 10), and the other way round."""
+import pytest
+
 from launcher.config.compose import compose
 from launcher.plan.replan import replan_keeping
 from launcher.validate import plan_and_check
@@ -23,6 +25,7 @@ def test_replan_three_to_two_nodes(point):
         8, 2, 48, 192)
 
 
+@pytest.mark.slow
 def test_replan_on_three_nodes_sets_three_engines(cli, tmp_path):
     import json
 

@@ -30,7 +30,8 @@ def test_startup_is_the_sleeping_engine_and_the_built_trainer(point, recipe):
     assert ph.startup_gib == pytest.approx(_built_trainer_gib(mem.trainer) + ENGINE_ASLEEP_GIB["gpu"])
     bucket = transfer_buffer_bytes(p.cfg) / GIB
     assert ph.transfer_bucket_gib == pytest.approx(bucket) and bucket >= p.plan.sync.largest_tensor_bytes / GIB
-    assert ph.first_sync_gib == pytest.approx(ph.startup_gib + mem.inference.weights_gib + bucket)
+    assert ph.first_sync_gib == pytest.approx(ph.startup_gib + mem.inference.weights_gib + bucket
+                                              + ph.sync_temporaries_gib)
     assert max(ph.startup_gib, ph.first_sync_gib) <= gpu.memory_gib  # every shipped colocated recipe starts
     assert p.of("MEM008") == []
 
@@ -41,7 +42,7 @@ def test_awake_engines_next_to_a_building_trainer_do_not_fit(point):
     asleep, awake = point("recipe=dapo_sync"), point("recipe=dapo_sync", "inference.sleep_level=0")
     ph, im, cap = awake.plan.memory.colocated, awake.plan.memory.inference, awake.cfg.cluster.gpu.memory_gib
     assert ph.startup_gib == pytest.approx(_built_trainer_gib(awake.plan.memory.trainer) + im.budget_gib)
-    assert ph.first_sync_gib == pytest.approx(ph.startup_gib + ph.transfer_bucket_gib)  # weights are in the budget
+    assert ph.first_sync_gib == pytest.approx(ph.startup_gib + ph.transfer_bucket_gib + ph.sync_temporaries_gib)
     assert ph.startup_gib > cap >= asleep.plan.memory.colocated.first_sync_gib
     (finding,) = awake.of("MEM008")
     assert finding.severity == "error" and finding.key == "inference.sleep_level"
@@ -108,6 +109,24 @@ def test_startup_phase_in_plan_json_and_the_printed_plan(point):
     assert ph["first_sync_gib"] == p.plan.memory.colocated.first_sync_gib
     assert p.plan.to_dict()["memory"]["sleep_level"] == 1
     text = plan_tables(p.plan)
-    assert f"start-up: engines asleep, trainer built        {ph['startup_gib']:,.1f} GiB" in text
+    assert f"start-up: engines asleep, trainer built            {ph['startup_gib']:,.1f} GiB" in text
     assert f"{ph['first_sync_gib']:,.1f} GiB" in text and "engine sleep level" in text
     assert "start-up" not in plan_tables(point("recipe=dapo_async").plan)  # async groups never share a GPU
+
+
+SLICE_MERGED = ("recipe=tiny_grpo_chat", "model=glm5_3_flash_4layer", "cluster=h200x1", "inference.engines=1",
+                "trainer.backend=megatron", "trainer.lora.rank=16", "trainer.lora.alpha=32",
+                "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]")
+
+
+def test_first_sync_counts_the_merge_and_the_engines_expert_assembly(point):
+    """The 4-layer slice on one H200 (docs/results.md): the trainer's merged copy of one layer's
+    288 fc1 experts (gate and up: 9 GiB) and the hf engine's gate/up stacks and their
+    concatenation (18 GiB); 124 GiB planned against 118 GiB sampled every 2 s."""
+    a = point(*SLICE_MERGED).cfg.model.arch
+    gate_gib = a.n_routed_experts * a.moe_intermediate_size * a.hidden_size * 2 / GIB
+    slice_ = point(*SLICE_MERGED).plan.memory.colocated
+    assert slice_.sync_temporaries_gib == pytest.approx(2 * gate_gib + 4 * gate_gib)
+    attention_only = point(*SLICE_MERGED, "trainer.lora.targets=[linear_proj,q_proj]").plan.memory.colocated
+    assert attention_only.sync_temporaries_gib == pytest.approx(4 * gate_gib)  # the engine's assembly alone
+    assert point("recipe=dapo_sync").plan.memory.colocated.sync_temporaries_gib == 0  # adapter sync, vLLM engines

@@ -54,6 +54,7 @@ def glm_tok(tiny_glm_checkpoint):
     return HfTokenizer(str(tiny_glm_checkpoint))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SAMPLES))
 def test_shipped_sample_loads_by_its_keys_with_the_right_answers(name):
     task, _, _, _, answers, verl_columns = SAMPLES[name]
@@ -100,6 +101,7 @@ def test_chat_template_wraps_the_prompt_with_the_checkpoints_tokens(glm_tok):
     assert raw.prompt == row["prompt"][0]["content"]
 
 
+@pytest.mark.slow
 def test_length_filter_counts_the_template_tokens(glm_tok):
     raw = load_problems(_sample_cfg("verl_gsm8k", "data.chat_template=none"), glm_tok, SAMPLES["verl_gsm8k"][1])
     raw_len = [len(glm_tok.encode(p.prompt)) for p in raw]
@@ -122,6 +124,7 @@ def test_char_tokenizer_has_no_template_and_auto_gives_raw_text():
     assert problem.prompt.startswith("Tom has 3 boxes") and "<|" not in problem.prompt
 
 
+@pytest.mark.slow
 def test_instruction_is_added_once_and_can_be_overridden_or_dropped(glm_tok):
     question = json.loads((ROOT / "data/gsm8k_sample.jsonl").read_text().splitlines()[0])["question"]
     openai = load_problems(_sample_cfg("openai_gsm8k_jsonl", "data.chat_template=none"), glm_tok,
@@ -146,6 +149,7 @@ def test_system_prompt_goes_first_through_the_template(glm_tok):
     assert raw.prompt.startswith("be brief\n\nSolve the following math problem")
 
 
+@pytest.mark.slow
 def test_synthetic_prompts_stay_raw_text_with_a_checkpoint_tokenizer(glm_tok):
     stream = PromptStream(_data("data.task=synthetic_copy"), 3, glm_tok)
     assert re.fullmatch(r"c\d\d=", stream.problem(0).prompt)

@@ -244,6 +244,7 @@ def _rule(spec: str) -> list:
     return list(reward_fn_found(compose(["recipe=tiny_grpo", f"data.reward_fn={spec}"]).config, None))
 
 
+@pytest.mark.slow
 def test_rule_finds_modules_without_running_them(tmp_path, monkeypatch):
     marker = tmp_path / "imported.txt"
     (tmp_path / "evil_rewards.py").write_text(EXPLODES.format(marker=str(marker)))
@@ -264,6 +265,7 @@ def test_rule_finds_modules_without_running_them(tmp_path, monkeypatch):
     assert not {"evil_rewards", "evil_pkg", "ns_pkg"} & set(sys.modules)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec, message", [
     ("no_such_module_q7:fn", "data.reward_fn='no_such_module_q7:fn': module 'no_such_module_q7' not found"),
     ("launcher.rl.no_such_file:fn", "module 'launcher.rl.no_such_file' not found"),
@@ -276,6 +278,7 @@ def test_rule_fails_missing_or_malformed(spec, message):
     assert message in finding.message and finding.why and finding.fix
 
 
+@pytest.mark.slow
 def test_validate_cli_never_imports_the_module(tmp_path, cli):
     """`python -m launcher validate` from the folder holding the module (the current folder is on
     the path): found, and its import-time code never runs."""

@@ -51,6 +51,7 @@ def _rounds(cfg, tok, stream, engine, algorithm, log: list):
     return generate_round
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_regenerations", [0, 3])
 def test_dropped_groups_are_regenerated_up_to_the_limit(max_regenerations):
     cfg, tok, stream, engine, algorithm = _setup(max_regenerations)

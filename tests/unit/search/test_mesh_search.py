@@ -69,6 +69,7 @@ FIXED_FAILURES = ("algorithm.temperature=0", "trainer.recompute.granularity=full
                   "model.language_model_only=false")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [("recipe=dapo_sync", "cluster=b300x2"), ("recipe=dapo_async",),
                                        ("recipe=dapo_sync", "cluster=b300x2", *FIXED_FAILURES)],
                          ids=["dapo_sync", "dapo_async", "fixed_rules_fire"])
@@ -112,6 +113,7 @@ def _cli(*args):
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_mesh_cli_json_and_plot(tmp_path):
     out = _cli("mesh", "recipe=dapo_sync", f"run.output_dir={tmp_path}", "--format", "json")
     assert out.returncode == 0, out.stderr

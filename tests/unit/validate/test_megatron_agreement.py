@@ -277,6 +277,7 @@ def _mesh_or_recompute(finding) -> bool:
     return finding.id.startswith(("MESH", "RECOMP"))
 
 
+@pytest.mark.slow
 def test_every_megatron_rejection_has_a_project_error_at_its_key(outcomes):
     missed = [(o.base, o.draw, o.rejection, sorted({f.key for f in o.errors})) for o in outcomes
               if o.rejection and o.rejection[0] not in {f.key for f in o.errors}]

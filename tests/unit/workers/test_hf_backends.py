@@ -33,6 +33,7 @@ def _max_gap(a, b):
     return max(abs(x - y) for u, v in zip(a, b, strict=True) for x, y in zip(u, v, strict=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [[], LORA + ["trainer.lora.merge=true"], LORA + ["trainer.lora.merge=false"],
                                        ["model=tiny_qwen3"]],
                          ids=["full", "lora_merged", "lora_adapter", "plain_causal_lm"])
@@ -52,6 +53,7 @@ def test_engine_and_trainer_agree_before_and_after_training(overrides):
     assert _max_gap(after, trainer.logprobs(_shard(gen2))) == 0.0
 
 
+@pytest.mark.slow
 def test_training_moves_probability_towards_positive_advantages():
     trainer, engine = _pair(["trainer.optimizer.lr=1e-2"])
     gen = _generate(engine)
@@ -65,6 +67,7 @@ def test_training_moves_probability_towards_positive_advantages():
     assert sum(g for g, a in zip(gain, shard.advantages, strict=True) if a < 0) < 0
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trip_continues_identically(tmp_path):
     trainer, engine = _pair([])
     shard = _shard(_generate(engine))
@@ -76,12 +79,14 @@ def test_checkpoint_round_trip_continues_identically(tmp_path):
     assert fresh.train_step(shard) == expected
 
 
+@pytest.mark.slow
 def test_sampling_is_seeded():
     _, engine = _pair([])
     assert _generate(engine, 3).tokens == _generate(engine, 3).tokens
     assert _generate(engine, 3).tokens != _generate(engine, 4).tokens
 
 
+@pytest.mark.slow
 def test_sleep_level_two_needs_a_weight_update():
     trainer, engine = _pair([])
     engine.sleep(1)

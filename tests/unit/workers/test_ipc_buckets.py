@@ -44,6 +44,7 @@ def test_the_plan_prices_each_transport_at_its_own_rate(point):
     assert host.seconds == pytest.approx(bucketed_seconds(host.bytes_per_engine, HOST))
 
 
+@pytest.mark.slow
 def test_the_driver_hands_the_groups_transport_to_the_trainer(tiny):
     """weight_sync applies TrainerGroup.bucket_transport; a CPU rank asked for CUDA IPC says why."""
     _, trainer = tiny

@@ -53,6 +53,7 @@ def _close(a, b, atol=2e-5):
     return all(torch.allclose(torch.tensor(x), torch.tensor(y), atol=atol) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow
 def test_logprobs_match_hf_trainer_and_merged_sync_reproduces_them():
     from launcher.workers.hf import HfEngine, HfTrainer
     from launcher.workers.hf.model import checkpoint_state
@@ -70,6 +71,7 @@ def test_logprobs_match_hf_trainer_and_merged_sync_reproduces_them():
     assert _close(_engine_logprobs(engine, cfg), trainer.logprobs(_shard()))
 
 
+@pytest.mark.slow
 def test_lora_adapter_sync_reproduces_trainer_logprobs():
     from launcher.workers.hf import HfEngine
 
@@ -84,6 +86,7 @@ def test_lora_adapter_sync_reproduces_trainer_logprobs():
     assert _close(_engine_logprobs(engine, cfg), trainer.logprobs(_shard()))
 
 
+@pytest.mark.slow
 def test_registry_imports_the_megatron_backend_in_a_fresh_interpreter():
     """How `python -m launcher trainer.backend=megatron` finds it: the registry imports the
     subpackage first (a circular import through the hf package once broke exactly this,

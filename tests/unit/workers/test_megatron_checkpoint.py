@@ -82,6 +82,7 @@ def test_strided_shard_is_blocks_of_the_whole_tensor_and_flat_ranges_map_into_th
 
 # ---------------------------------------------------------------- resume through the trainer
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["full_sync", "full_async", "lora_async"])
 def test_resumed_trainer_continues_bit_for_bit(variant, tmp_path):
     """N=2 steps, save, M=2 more; a fresh trainer that loads continues with the same losses,
@@ -106,6 +107,7 @@ def test_resumed_trainer_continues_bit_for_bit(variant, tmp_path):
     assert all(torch.equal(want[n], got[n]) for n in want)
 
 
+@pytest.mark.slow
 def test_lora_checkpoint_holds_adapters_only_and_is_much_smaller(tmp_path):
     from launcher.workers.megatron.checkpoint import tensor_keys
     from tests.unit.workers.test_megatron_backend import _shard
@@ -124,6 +126,7 @@ def test_lora_checkpoint_holds_adapters_only_and_is_much_smaller(tmp_path):
     assert sizes["lora"] * 5 < sizes["full"]
 
 
+@pytest.mark.slow
 def test_lora_checkpoint_refuses_another_base(tmp_path):
     from launcher.workers.megatron.checkpoint import CheckpointMismatchError, check_identity
 
@@ -153,6 +156,7 @@ def test_base_fingerprint_reads_the_index(tmp_path):
     assert base_fingerprint(str(tmp_path / "a")) != base_fingerprint(str(tmp_path / "b"))
 
 
+@pytest.mark.slow
 def test_damaged_or_missing_file_is_named(tmp_path):
     from launcher.workers.megatron.checkpoint import CheckpointError
 
@@ -269,6 +273,7 @@ def _reshard_worker(rank: int, store: str, root: str, queue) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_checkpoints_reshard_between_one_rank_and_two_rank_meshes(tmp_path):
     """World of one -> DP2 / TP2 / EP2 / TP2+ETP2 (full and LoRA), one step there, and back
     to one rank: every weight, buffer and AdamW moment, gathered whole, equals what was
