@@ -5,7 +5,7 @@ nvcc from it) is forwarded explicitly; the user's `env` section wins over planne
 """
 from collections.abc import Mapping
 
-from launcher.config.schema.choices import GpuArch, InferenceBackendName, TrainerBackendName
+from launcher.config.schema.choices import GpuArch, InferenceBackendName, PlacementMode, TrainerBackendName
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan.arch import ArchFacts
@@ -31,6 +31,14 @@ def plan_env(cfg: LauncherConfig, f: ArchFacts, driver_env: Mapping[str, str], l
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in the actor's process: weights reload in place
         if sync_kind(cfg) is SyncKind.adapter:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if arch is not GpuArch.cpu and cfg.placement.mode is PlacementMode.colocated and \
+            cfg.inference.backend is InferenceBackendName.hf:
+        # Two processes share the GPU: blocks one caches in fragments the other cannot use. On one H200
+        # the 4-layer slice's first sync ran out of memory with 8.8 GiB reserved but unallocated in the
+        # engine, and fit with this. vLLM's sleep mode (CuMemAllocator) refuses expandable segments.
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        log.add("env.PYTORCH_CUDA_ALLOC_CONF", env["PYTORCH_CUDA_ALLOC_CONF"],
+                "colocated hf engine and trainer share each GPU: freed blocks go back to the GPU, not one process's cache")
     if arch is GpuArch.cpu:
         env["OMP_NUM_THREADS"] = "1"  # one thread per worker: trainer ranks and engines share few cores
     env.update({k: str(v) for k, v in cfg.env.items()})

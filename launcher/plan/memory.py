@@ -7,24 +7,25 @@ plus what a sleeping engine keeps (sleep level 0 never releases the budget).
 Before the first step they start up (launcher/driver/launch.py place_groups): the
 engines start and go to sleep, then the trainer builds (start-up: the sleeping engine +
 the built trainer), then the first weight sync wakes the engines' weights while the
-trainer is still whole (first sync: + the engine's weights + one transfer bucket).
+trainer is still whole (first sync: + the engine's weights + one transfer bucket + the
+temporaries both sides allocate while converting weights, sync_temporaries_gib).
 Host memory per node: sleeping engines' weights (sleep level 1), the colocated
 trainer's offloaded state, and CPU-offloaded optimizer state. The sleep level is the
 resolved one (plan/_sleep.py), which the engines and the sync loop use.
 """
 from dataclasses import dataclass
 
-from launcher.config.schema.choices import PlacementMode
+from launcher.config.schema.choices import InferenceBackendName, PlacementMode
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan._sleep import resolve_sleep_level
 from launcher.plan.arch import ArchFacts
 from launcher.plan.lora import LoraPlan
 from launcher.plan.memory_inference import ENGINE_ASLEEP_GIB, InferenceMemory, engine_reserve, inference_memory
-from launcher.plan.memory_trainer import GIB, TrainerMemory, trainer_memory
+from launcher.plan.memory_trainer import DTYPE_BYTES, GIB, TrainerMemory, trainer_memory
 from launcher.plan.mesh import MeshPlan
 from launcher.plan.params import ParamCounts
-from launcher.plan.sync import sync_kind, transfer_buffer_bytes
+from launcher.plan.sync import SyncKind, sync_kind, transfer_buffer_bytes
 
 
 @dataclass
@@ -37,9 +38,12 @@ class PhaseMemory:
     """The engine asleep + the trainer built (weights, grads, optimizer, LoRA, runtime: all but
     activations), before the first sync (MEM008)."""
     first_sync_gib: float
-    """The first weight sync: start-up + the engine's weights awake + one transfer bucket (MEM008)."""
+    """The first weight sync: start-up + the engine's weights awake + one transfer bucket + the
+    conversion temporaries (MEM008)."""
     transfer_bucket_gib: float
     """One bucket of the weight stream (plan/sync.py transfer_buffer_bytes: >= the largest tensor)."""
+    sync_temporaries_gib: float
+    """What a sync allocates beside the weights and buckets (sync_temporaries_gib)."""
 
 
 @dataclass
@@ -60,7 +64,30 @@ class MemoryPlan:
     """The level engines sleep at (0: never): inference.sleep_level, or derived from placement and sync kind."""
 
 
-def _phases(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, level: int) -> PhaseMemory:
+def sync_temporaries_gib(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> float:
+    """Per GPU, the largest transient tensors of a colocated sync, measured on the 4-layer slice
+    (one H200, docs/results.md: first sync 118 GiB sampled against 97 GiB planned without them):
+    - the trainer's LoRA merge of one MoE layer's stacked experts (model/megatron/lora.py
+      LoraGrouped.merged_weight: a copy of the rank's [experts, out, in] fc1 or fc2), when a
+      merged sync adapts the experts (9 GiB on the slice);
+    - the hf engine's assembly of a fused expert tensor: gate and up each stacked over the
+      experts, then concatenated into gate_up_proj (twice the fused tensor: 18 GiB on the slice).
+    vLLM engines load experts into their fused parameters in place and add nothing here."""
+    a = cfg.model.arch
+    if not f.has_moe:
+        return 0.0
+    dtype_bytes = DTYPE_BYTES[cfg.model.dtype.value]
+    expert_bytes = a.moe_intermediate_size * a.hidden_size * dtype_bytes  # one of gate, up, down
+    total, targets = 0.0, set(cfg.trainer.lora.targets)
+    if cfg.trainer.lora.rank > 0 and sync_kind(cfg) is SyncKind.merged and targets & {"linear_fc1", "linear_fc2"}:
+        widest = 2 if "linear_fc1" in targets else 1  # fc1 holds gate and up
+        total += mesh.experts_per_gpu * widest * expert_bytes / mesh.etp
+    if cfg.inference.backend is InferenceBackendName.hf:
+        total += 2 * a.n_routed_experts * 2 * expert_bytes
+    return total / GIB
+
+
+def _phases(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, level: int, temporaries: float) -> PhaseMemory:
     generation = inf.budget_gib + tr.runtime_gib
     asleep = engine_reserve(ENGINE_ASLEEP_GIB, cfg.cluster.gpu.arch.value)
     engine_asleep = inf.budget_gib if level == 0 else asleep
@@ -69,7 +96,8 @@ def _phases(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, level:
     woken = 0.0 if level == 0 else inf.weights_gib  # an awake engine's weights are inside its budget
     bucket = transfer_buffer_bytes(cfg) / GIB
     return PhaseMemory(generation_gib=generation, training_gib=training, peak_gib=max(generation, training),
-                       startup_gib=startup, first_sync_gib=startup + woken + bucket, transfer_bucket_gib=bucket)
+                       startup_gib=startup, first_sync_gib=startup + woken + bucket + temporaries,
+                       transfer_bucket_gib=bucket, sync_temporaries_gib=temporaries)
 
 
 def _host(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, colocated: bool, level: int) -> HostMemory:
@@ -88,5 +116,5 @@ def plan_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: 
     colocated = cfg.placement.mode is PlacementMode.colocated
     level, why = resolve_sleep_level(cfg, sync_kind(cfg))
     log.add("memory.sleep_level", level, why)
-    return MemoryPlan(trainer=tr, inference=inf, colocated=_phases(cfg, tr, inf, level) if colocated else None,
+    return MemoryPlan(trainer=tr, inference=inf, colocated=_phases(cfg, tr, inf, level, sync_temporaries_gib(cfg, mesh, f)) if colocated else None,
                       host=_host(cfg, tr, inf, colocated, level), sleep_level=level)

@@ -46,7 +46,7 @@ def plan_tables(plan) -> str:
         ph = mem.colocated
         parts.append(_table("# colocated phases", [
             ("start-up: engines asleep, trainer built", _gib(ph.startup_gib)),
-            ("first sync: + engine weights, transfer bucket", _gib(ph.first_sync_gib)),
+            ("first sync: + engine weights, bucket, temporaries", _gib(ph.first_sync_gib)),
             ("generation", _gib(ph.generation_gib)), ("training", _gib(ph.training_gib)),
             ("peak of a step", _gib(ph.peak_gib)), ("engine sleep level", mem.sleep_level)]))
     parts.append(_table("# host memory per node", [("sleeping engine weights", _gib(mem.host.sleeping_engine_weights_gib)),

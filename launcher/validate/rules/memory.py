@@ -65,11 +65,12 @@ def colocated_startup_fits(cfg, plan):
     ph, cap, level = plan.memory.colocated, cfg.cluster.gpu.memory_gib, plan.memory.sleep_level
     if ph is None or not plan.mesh_ok or max(ph.startup_gib, ph.first_sync_gib) <= cap:
         return
-    weights = ph.first_sync_gib - ph.startup_gib - ph.transfer_bucket_gib
+    weights = ph.first_sync_gib - ph.startup_gib - ph.transfer_bucket_gib - ph.sync_temporaries_gib
     message = (f"colocated start-up needs {_fmt(max(ph.startup_gib, ph.first_sync_gib))} per GPU, "
                f"{cfg.cluster.gpu.name} has {_fmt(cap)}: engines {'awake' if level == 0 else 'asleep'} + trainer "
                f"built {_fmt(ph.startup_gib)}, first weight sync {_fmt(ph.first_sync_gib)} (+ engine weights "
-               f"{_fmt(weights)} + transfer bucket {_fmt(ph.transfer_bucket_gib)})")
+               f"{_fmt(weights)} + transfer bucket {_fmt(ph.transfer_bucket_gib)} + conversion temporaries "
+               f"{_fmt(ph.sync_temporaries_gib)})")
     why = ("The engines start and sleep before the trainer builds its weights, grads and optimizer; the first "
            "sync then wakes the engines' weights while the trainer is still whole (it offloads only at the first "
            "step), so both must fit before the steady-state phases (MEM004) begin.")

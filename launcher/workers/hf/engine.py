@@ -14,9 +14,8 @@ which re-sends every weight anyway) builds its model empty: no parameter is allo
 initialized until the first update gives them storage on the device (model.materialize).
 
 Sleep level 1 moves the weights to host RAM (a no-op when the device is the CPU); level 2
-drops them, and the next weight update brings them back into host RAM, moved to the device
-at wake (on one H200 the 4-layer slice's trainer holds its 44 GiB export buffers until every
-engine finished the update: the engine's copy on the GPU beside them ran out of memory).
+drops them, and the next weight update brings them back straight onto the device (the
+planner's first-sync phase: the trainer's weights, the engine's and the transfer buckets).
 Generating while asleep or before any weights arrived is an error.
 """
 import os
@@ -86,7 +85,7 @@ class HfEngine(EngineBase, ServedWeights):
         """Each update starts clean: a new manifest, and no parts of fused tensors left by a
         failed one."""
         if not self.has_weights:
-            materialize(self.model, "cpu" if self.asleep_level else self.device)
+            materialize(self.model, "cpu" if self.asleep_level == 1 else self.device)
         self._manifest = None
         if self._names is not None:
             self._names.pending.clear()

@@ -58,6 +58,7 @@ class MegatronTrainer(TrainerBase):
         self.dp = megatron_model.data_parallel_size()
         self.mover = DeviceMover(self.model, *((self.runner, self.optimizer) if self.megatron_ddp else ()),
                                  optimizer_on_host=self.cfg.trainer.optimizer.cpu_offload)
+        megatron_model.release_cached_blocks(self.device)
         self.progress.phase("ready")
 
     def _micro_batches(self, shard: TrainShard) -> list[PackedBatch]:

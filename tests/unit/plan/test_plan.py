@@ -350,3 +350,14 @@ def test_lora_targets_are_modules_of_the_name_table():
     assert set(ATTENTION_TARGETS) <= set(ATTENTION_MODULES) and set(MLP_TARGETS) == set(MLP_PROJECTIONS)
     in_table = {DSA: {m.split(".")[1] for m, _, _ in MLA_TABLE}, KDA: {m.split(".")[1] for m, _, _ in KDA_TABLE}}
     assert all(name in in_table[kind] for name, (kind, _) in ATTENTION_TARGETS.items())
+
+
+def test_colocated_hf_engines_on_gpus_get_expandable_segments(point):
+    """Engine and trainer processes share each GPU: what one caches the other cannot use. vLLM's
+    sleep mode refuses expandable segments, so its engines never get them; nor do CPU runs."""
+    hf = point("recipe=tiny_grpo_chat", "model=glm5_3_flash_4layer", "cluster=h200x1", "inference.engines=1",
+               "trainer.backend=megatron", "trainer.lora.rank=16").plan
+    assert hf.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "colocated hf engine" in hf.origins["env.PYTORCH_CUDA_ALLOC_CONF"]
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in point("recipe=gsm8k_grpo").plan.env  # vLLM engines
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in point("recipe=tiny_grpo_chat").plan.env  # CPU

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# A job longer than one device call (10 min): the first call starts it detached (setsid), later
+# calls, made while the machine is still warm, watch it; each call returns the job's small
+# files. Same environment as h200_session.sh (carry .whl/ and .pkgs/; installed once per machine).
+#   bash benchmarks/h200_detached.sh start WATCH_S "<command>"   (the command writes under $JOB)
+#   bash benchmarks/h200_detached.sh watch WATCH_S
+#   RETURN_CACHE=1 bash benchmarks/h200_detached.sh watch 0      (hand the Triton cache back too)
+# A call returns after WATCH_S seconds or when the job has ended, whichever is first.
+set -u
+JOB=/tmp/detached
+if [ ! -e /tmp/site/.installed ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+    for pkg in .pkgs/*.txz; do [ -e "$pkg" ] && { tar xJf "$pkg" -C /tmp/site || exit 1; }; done
+    if compgen -G ".tritonparts/triton.txz*" >/dev/null; then cat .tritonparts/triton.txz* | tar xJf - -C "$HOME"; fi
+    touch /tmp/site/.installed
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JOB
+export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ "$1" = start ]; then
+    rm -rf "$JOB" && mkdir -p "$JOB"
+    setsid nohup bash -c "$3; echo \$? > $JOB/rc" >"$JOB/job.log" 2>&1 < /dev/null &
+    echo $! > "$JOB/pid"
+fi
+end=$((SECONDS + $2))
+while [ $SECONDS -lt $end ] && [ ! -e "$JOB/rc" ]; do sleep 5; done
+nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv >"$JOB/nvidia_smi.txt" 2>&1
+find "$JOB" -maxdepth 5 -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.txt' -o -name rc \) \
+    -size -4M -exec cp --parents {} "$OUT" \;
+tail -c 3000 "$JOB/job.log"
+[ -e "$JOB/rc" ] && echo "job exit $(cat "$JOB/rc")" || echo "job still running"
+if [ "${RETURN_CACHE:-0}" = 1 ]; then
+    tar cf - -C "$HOME" .triton | xz -T0 -9 | split -b 15M - "$OUT/triton.txz.part-"
+fi
