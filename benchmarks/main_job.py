@@ -153,9 +153,9 @@ def step_table(metrics: Path) -> list[dict]:
 
 def write_checkpoint(out: Path, profile: str) -> Path:
     """A real-format checkpoint (save_pretrained shards + index, tokenizer, generation config), built on the GPU."""
-    from model.tiny_checkpoint import write_tiny_checkpoint
-
     import torch
+
+    from model.tiny_checkpoint import write_tiny_checkpoint
 
     t0 = time.time()
     folder = write_tiny_checkpoint(out, DESCRIPTOR[profile], shards=10, dtype="bfloat16",

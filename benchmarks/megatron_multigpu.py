@@ -141,8 +141,8 @@ def run_mesh(name, mesh, args, model_cfg, ref, ids_T, device) -> dict:
     single = pack_lengths([len(ids_T)], device)
     with torch.no_grad():
         parity = kl_and_dlogp(ref_logits[:-1].to(device), full_logits(meg(ids_T, single))[:-1], ids_T[1:])
-    apply_lora(meg, DOMAIN_LORA_TARGETS, LORA_RANK, LORA_ALPHA, normalize_moe_lora=True,
-               topk=model_cfg.arch.num_experts_per_tok)
+    apply_lora(meg, DOMAIN_LORA_TARGETS, LORA_RANK, LORA_ALPHA,
+               expert_rank=LORA_RANK // model_cfg.arch.num_experts_per_tok)
     grad_cos = lora_grad_cosines(meg, a_values, want_dB, ids_T, single, device)
     tp, dp = ps.get_tensor_model_parallel_world_size(), ps.get_data_parallel_world_size()
     fwd_bwd_s = timed(partial(fwd_bwd, meg, ids_T, single), args.iters, device)

@@ -196,7 +196,7 @@ def hf_b_grads(hf, ids_T, expectation: LoraBGrads) -> dict[str, torch.Tensor]:
 
 
 def megatron_b_grads(meg, ids_T, packed, a_values: dict, topk: int) -> dict[str, torch.Tensor]:
-    apply_lora(meg, DOMAIN_LORA_TARGETS, LORA_RANK, LORA_ALPHA, normalize_moe_lora=True, topk=topk)
+    apply_lora(meg, DOMAIN_LORA_TARGETS, LORA_RANK, LORA_ALPHA, expert_rank=LORA_RANK // topk)
     params = dict(meg.named_parameters())
     with torch.no_grad():
         for name, value in a_values.items():

@@ -163,7 +163,7 @@ def run(model_name: str, seq_len: int, iters: int, perturb: bool, profile: bool)
 
 
 def lora_check(meg, ids_T, packed, a_values, want_dB, topk: int, iters: int) -> dict:
-    apply_lora(meg, DOMAIN_LORA_TARGETS, LORA_RANK, LORA_ALPHA, normalize_moe_lora=True, topk=topk)
+    apply_lora(meg, DOMAIN_LORA_TARGETS, LORA_RANK, LORA_ALPHA, expert_rank=LORA_RANK // topk)
     params = dict(meg.named_parameters())
     with torch.no_grad():
         for name, value in a_values.items():

@@ -48,6 +48,8 @@ def peft_kwargs(lora_cfg) -> dict:
 class LoraPlan:
     rank: int
     expert_rank: int
+    """Each routed expert's adapter rank: trainer.lora.rank, divided by top-k with
+    normalize_moe_lora. Written here only; the Megatron trainer's apply_lora takes it."""
     params_total: int
     params_per_gpu: int
 
@@ -79,7 +81,7 @@ def plan_lora(cfg: LauncherConfig, tp: int, expert_shards: int, f: ArchFacts) ->
         return LoraPlan(rank=0, expert_rank=0, params_total=0, params_per_gpu=0)
     widths = _attention_widths(cfg)
     topk = max(a.num_experts_per_tok, 1)
-    expert_rank = max(lora.rank // topk, 1) if lora.normalize_moe_lora else lora.rank
+    expert_rank = lora.rank // topk if lora.normalize_moe_lora else lora.rank  # LORA001: a whole number >= 1
     layers_of = {KDA: f.n_kda, DSA: f.n_dsa}
     total = per_gpu = 0.0
     for name in lora.targets:

@@ -116,5 +116,6 @@ def plan_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: 
     colocated = cfg.placement.mode is PlacementMode.colocated
     level, why = resolve_sleep_level(cfg, sync_kind(cfg))
     log.add("memory.sleep_level", level, why)
-    return MemoryPlan(trainer=tr, inference=inf, colocated=_phases(cfg, tr, inf, level, sync_temporaries_gib(cfg, mesh, f)) if colocated else None,
-                      host=_host(cfg, tr, inf, colocated, level), sleep_level=level)
+    phases = _phases(cfg, tr, inf, level, sync_temporaries_gib(cfg, mesh, f)) if colocated else None
+    return MemoryPlan(trainer=tr, inference=inf, colocated=phases, host=_host(cfg, tr, inf, colocated, level),
+                      sleep_level=level)

@@ -107,13 +107,14 @@ class LoraGrouped(torch.nn.Module):
 
 
 def apply_lora(model: torch.nn.Module, targets: list[str], rank: int, alpha: float,
-               share_expert_adapters: bool = False, normalize_moe_lora: bool = False, topk: int = 1) -> list[str]:
-    """Freeze the model and wrap every targeted linear; returns the adapted module names."""
+               share_expert_adapters: bool = False, expert_rank: int | None = None) -> list[str]:
+    """Freeze the model and wrap every targeted linear; returns the adapted module names.
+    `expert_rank`: the routed experts' rank (the plan's lora.expert_rank; default `rank`)."""
     for param in model.parameters():
         param.requires_grad_(False)
-    expert_rank = rank // topk if normalize_moe_lora else rank
+    expert_rank = rank if expert_rank is None else expert_rank
     if expert_rank < 1:
-        raise ValueError(f"trainer.lora.rank={rank} // top-k {topk} is 0 with normalize_moe_lora")
+        raise ValueError(f"expert LoRA rank {expert_rank} < 1 (plan.lora.expert_rank; LORA001 checks it)")
     adapted = []
     for name, module in list(model.named_modules()):
         leaf = name.rsplit(".", 1)[-1]

@@ -14,11 +14,11 @@ from model.megatron.spec import ModelSpec
 from model.megatron.weights import load_checkpoint_folder
 
 
-def build_rank_model(config, mesh, device: torch.device, pad_id: int, progress: Progress | None = None):
+def build_rank_model(config, plan, device: torch.device, pad_id: int, progress: Progress | None = None):
     """This rank's model with weights (checkpoint or HF-rule random init, both straight on
-    `device`) and LoRA if asked. `mesh` is the plan's (etp resolved there); `progress`
-    gets the start-up phases."""
-    progress = progress or Progress(None, "")
+    `device`) and LoRA if asked. `plan` gives the mesh (etp resolved there) and the LoRA
+    ranks; `progress` gets the start-up phases."""
+    progress, mesh = progress or Progress(None, ""), plan.mesh
     if mesh.pp != 1 or mesh.cp != 1:
         raise ValueError("the megatron backend runs pp=1, cp=1 (mHC forbids PP, KDA has no CP path)")
     progress.phase("model-parallel groups")
@@ -37,7 +37,7 @@ def build_rank_model(config, mesh, device: torch.device, pad_id: int, progress: 
     if lora.rank > 0:
         progress.phase("LoRA adapters")
         apply_lora(model, list(lora.targets), lora.rank, lora.alpha, lora.share_expert_adapters,
-                   lora.normalize_moe_lora, config.model.arch.num_experts_per_tok)
+                   plan.lora.expert_rank)
         init_adapters(model, config.run.seed)
     release_cached_blocks(device)
     return model

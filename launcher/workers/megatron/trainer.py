@@ -36,7 +36,7 @@ from model.megatron.weights import hf_stream
 class MegatronTrainer(TrainerBase):
     def __init__(self, spec: ActorSpec):
         super().__init__(spec)
-        self.mesh = spec.plan.mesh
+        self.plan, self.mesh = spec.plan, spec.plan.mesh
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
     def init_distributed(self, master_addr: str, master_port: int) -> None:
@@ -46,11 +46,11 @@ class MegatronTrainer(TrainerBase):
         from it (build.init_parallel takes the world group's timeout)."""
         self.progress.phase("process group")
         self._join_process_group(master_addr, master_port)
-        self.model = megatron_model.build_rank_model(self.cfg, self.mesh, self.device, self.pad_id, self.progress)
+        self.model = megatron_model.build_rank_model(self.cfg, self.plan, self.device, self.pad_id, self.progress)
         self.ref = None
         if self._keeps_frozen_ref:
             self.progress.phase("frozen reference copy")
-            self.ref = megatron_model.build_rank_model(self.cfg, self.mesh, self.device, self.pad_id).eval()
+            self.ref = megatron_model.build_rank_model(self.cfg, self.plan, self.device, self.pad_id).eval()
             self.ref.load_state_dict(self.model.state_dict())
         self.progress.phase("optimizer")
         self.runner, self.optimizer, self.megatron_ddp = megatron_model.build_optimizer(self.model, self.cfg, self.mesh,

@@ -28,7 +28,7 @@ def _models(shared: bool):
     hf = build_hf(cfg.model, pad_id=0, seed=0)
     meg = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), "cpu")
     load_hf_state(meg, checkpoint_state(hf))
-    apply_lora(meg, TARGETS, rank=4, alpha=8.0, share_expert_adapters=shared, normalize_moe_lora=True, topk=2)
+    apply_lora(meg, TARGETS, rank=4, alpha=8.0, share_expert_adapters=shared, expert_rank=4 // 2)
     gen = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for name, param in meg.named_parameters():
