@@ -26,7 +26,8 @@ from pathlib import Path
 
 from launcher.config.schema.choices import BadRows
 from launcher.paths import resolve_data_path
-from launcher.rl.prompts import BadPrompt, PromptFormatter, reference_answer
+from launcher.rl.prompt_rows import describe_formatting, dig, measure_rows, split_key
+from launcher.rl.prompts import PromptFormatter, reference_answer
 from launcher.rl.tasks import TASKS, Problem, Task
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -165,86 +166,37 @@ def _dotted_columns(features, prefix: str = "") -> list[str]:
 def key_path(dataset, key: str, option: str, shown: str) -> tuple[str, list[str]]:
     """(top-level column, fields inside it) of a possibly dotted key; a column whose own name
     holds dots wins over nesting."""
-    names = dataset.column_names
-    parts = key.split(".")
-    for cut in range(len(parts), 0, -1):
-        column = ".".join(parts[:cut])
-        if column in names:
-            feature, walked = dataset.features[column], column
-            for name in parts[cut:]:
-                if not isinstance(feature, dict) or name not in feature:
-                    raise KeyError(f"{shown}: column {walked} has no field {name!r} (columns: "
-                                   f"{_dotted_columns(dataset.features)[:30]}); set {option}")
-                feature, walked = feature[name], f"{walked}.{name}"
-            return column, parts[cut:]
+    found = split_key(dataset.column_names, key)
+    if found is not None:
+        column, fields = found
+        feature, walked = dataset.features[column], column
+        for name in fields:
+            if not isinstance(feature, dict) or name not in feature:
+                raise KeyError(f"{shown}: column {walked} has no field {name!r} (columns: "
+                               f"{_dotted_columns(dataset.features)[:30]}); set {option}")
+            feature, walked = feature[name], f"{walked}.{name}"
+        return column, fields
     raise KeyError(f"{shown} has no column {key!r} (columns: {_dotted_columns(dataset.features)[:30]}); set {option} "
                    "(dotted for a nested field, e.g. reward_model.ground_truth)")
 
 
-def _dig(value, fields: list[str], what: str):
-    for i, name in enumerate(fields):
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise BadPrompt(f"{what}: {'.'.join([*fields[:i]]) or 'the column'} is a {type(value).__name__}, "
-                            f"it has no field {name!r}")
-        value = value.get(name)
-    return value
-
-
 class _Measure:
     """datasets.map function: per row, the formatted prompt's token count and why it is bad
-    ("" when it is not). Picklable: runs in datasets' worker processes."""
+    ("" when it is not): rl.prompt_rows.measure_rows, the function validate's pre-flight runs
+    on a file's first rows. Picklable: runs in datasets' worker processes."""
 
     def __init__(self, prompt: tuple[str, list[str]], answer: tuple[str, list[str]], formatter, task: str):
         self.prompt, self.answer, self.formatter, self.task = prompt, answer, formatter, task
         self._memo: dict = {}
-        """prompt value's key -> token count of its formatted text. DAPO-Math-17k repeats each
-        of its 17,917 prompts ~100 times; rendering the template is most of the cost."""
+        """prompt value's key -> token count of its formatted text (across batches)."""
 
     def __getstate__(self):
         return {**self.__dict__, "_memo": {}}
 
-    @staticmethod
-    def _key(prompt):
-        """A memo key of a prompt value: (hash, size) of its text or of its messages' texts."""
-        if isinstance(prompt, str):
-            return hash(prompt), len(prompt)
-        if isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt):
-            parts = tuple((m.get("role"), m.get("content")) for m in prompt)
-            try:
-                return hash(parts), sum(len(c) for _, c in parts if isinstance(c, str))
-            except TypeError:  # unhashable contents: a bad row, formatted (and refused) each time
-                return None
-        return None
-
     def __call__(self, *columns) -> dict:
         by_name = dict(zip(dict.fromkeys([self.prompt[0], self.answer[0]]), columns, strict=True))
-        prompts, answers = by_name[self.prompt[0]], by_name[self.answer[0]]
-        tokens, bad = [-1] * len(prompts), [""] * len(prompts)
-        todo: dict = {}  # memo key -> (formatted text, rows)
-        for r, (p, a) in enumerate(zip(prompts, answers, strict=True)):
-            try:
-                reference_answer(self.task, _dig(a, self.answer[1], "answer"))
-                value = _dig(p, self.prompt[1], "prompt")
-                key = self._key(value)
-                if key is not None and key in self._memo:
-                    tokens[r] = self._memo[key]
-                elif key is not None and key in todo:
-                    todo[key][1].append(r)
-                else:
-                    todo[key if key is not None else ("row", r)] = (self.formatter.format(value), [r])
-            except BadPrompt as err:
-                bad[r] = str(err)
-        if todo:
-            counted = self.formatter.tokenizer.encode_batch([text for text, _ in todo.values()])
-            for (key, (_, rows)), ids in zip(todo.items(), counted, strict=True):
-                if key[0] != "row":
-                    self._memo[key] = len(ids)
-                for r in rows:
-                    tokens[r] = len(ids)
-        if len(self._memo) > 1_000_000:
-            self._memo.clear()
+        tokens, bad = measure_rows(self.formatter, self.task, self.prompt[1], self.answer[1], by_name[self.prompt[0]],
+                                   by_name[self.answer[0]], self._memo)
         return {"__tokens": tokens, "__bad": bad}
 
 
@@ -269,8 +221,8 @@ class ProblemTable(Sequence):
         row = self.dataset[int(self.kept[i])]
         data_source = row.get("data_source")
         extra_info = row.get("extra_info")
-        return Problem(prompt=self._formatter.format(_dig(row[self._prompt[0]], self._prompt[1], "prompt")),
-                       answer=reference_answer(self._task, _dig(row[self._answer[0]], self._answer[1], "answer")),
+        return Problem(prompt=self._formatter.format(dig(row[self._prompt[0]], self._prompt[1], "prompt")),
+                       answer=reference_answer(self._task, dig(row[self._answer[0]], self._answer[1], "answer")),
                        data_source=None if data_source is None else str(data_source),
                        extra_info=extra_info if isinstance(extra_info, dict) else None)
 
@@ -280,16 +232,6 @@ def _num_proc(rows: int) -> int | None:
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores, 16))
-
-
-def _formatting(formatter: PromptFormatter, data_cfg) -> str:
-    parts = ["chat template" if formatter.templated else "raw text"]
-    if formatter.instruction:
-        parts.append(("data.instruction" if data_cfg.instruction else f"task {data_cfg.task}'s instruction")
-                     + " where missing")
-    if formatter.system_prompt:
-        parts.append("data.system_prompt")
-    return " + ".join(parts) + " counted"
 
 
 def load_problems(data_cfg, tokenizer, path: str, key: str = "data.train_path") -> ProblemTable:
@@ -322,7 +264,7 @@ def load_problems(data_cfg, tokenizer, path: str, key: str = "data.train_path") 
     fits = ok & (tokens <= data_cfg.max_prompt_len)
     report = LoadReport(key=key, path=path, rows=len(dataset) + len(table.bad_lines), kept=int(fits.sum()),
                         too_long=int((ok & ~fits).sum()), max_prompt_len=data_cfg.max_prompt_len, bad=bad,
-                        formatting=_formatting(formatter, data_cfg), seconds=time.monotonic() - started)
+                        formatting=describe_formatting(formatter, data_cfg), seconds=time.monotonic() - started)
     _check(report, data_cfg)
     return ProblemTable(dataset, np.flatnonzero(fits), prompt, answer, formatter, data_cfg.task, report)
 

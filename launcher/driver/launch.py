@@ -1,8 +1,12 @@
 """launch(): Ray session -> placement -> actor groups -> resume -> loop -> teardown.
 
-Exit codes: 0 done, 3 the run failed (an actor died, a backend raised, a checkpoint could
-not be resumed), 130 interrupted (Ctrl-C or SIGTERM). In every case Ray is shut down
-before returning, so no Ray process of the run outlives it.
+The data (train file, and the val file of an evaluating run) is loaded, measured and filtered
+before Ray starts: a file the run cannot train on costs seconds, not a cluster's weight load.
+
+Exit codes: 0 done, 1 refused (the data cannot be trained on as configured: found before Ray
+started), 3 the run failed (an actor died, a backend raised, a checkpoint could not be
+resumed), 130 interrupted (Ctrl-C or SIGTERM). In every case Ray is shut down before
+returning, so no Ray process of the run outlives it.
 """
 import contextlib
 import json
@@ -10,6 +14,7 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config.schema.choices import PlacementMode
@@ -19,7 +24,7 @@ from launcher.driver.placement import Placement, PlacementError
 from launcher.driver.ray_processes import RayStartInterrupted
 from launcher.driver.startup import Startup
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 3, 130
+EXIT_OK, EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 3, 130
 PLACEMENT_TIMEOUT_S = 120.0
 
 
@@ -47,23 +52,49 @@ def _logged_config(composed, plan) -> dict:
             "plan": plan.to_dict()}
 
 
-def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from, scorer):
-    from launcher.driver.checkpoint import DriverState, load_driver_state
-    from launcher.driver.data import PromptStream
+@dataclass
+class _Data:
+    """What the driver reads before Ray starts: the tokenizer, the prompt stream (train file
+    loaded, measured and filtered) and the evaluator (its val set loaded)."""
+
+    tokenizer: object
+    stream: object
+    evaluator: object
+
+
+class DataRefused(Exception):
+    """The data cannot be trained on as configured (DataError, a missing file or column)."""
+
+
+def _load_data(config) -> _Data:
+    from launcher.driver.data import DataError, PromptStream
     from launcher.driver.evaluate import make_evaluator
+    from launcher.rl.tokenizer import make_tokenizer
+
+    tokenizer = make_tokenizer(config.model)
+    try:
+        stream = PromptStream(config.data, config.run.seed, tokenizer)
+        evaluator = make_evaluator(config, tokenizer)
+    except (DataError, FileNotFoundError) as err:
+        raise DataRefused(str(err)) from err
+    except KeyError as err:  # a named column is missing: the message is the KeyError's argument
+        raise DataRefused(str(err.args[0]) if err.args else repr(err)) from err
+    return _Data(tokenizer, stream, evaluator)
+
+
+def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from, scorer, data: _Data):
+    from launcher.driver.checkpoint import DriverState, load_driver_state
     from launcher.driver.metrics import StepLogger
     from launcher.driver.runtime import Runtime
     from launcher.rl.algorithm import make_algorithm
-    from launcher.rl.tokenizer import make_tokenizer
 
     config = composed.config
     state = load_driver_state(resume_from) if resume_from else DriverState()
-    tokenizer = make_tokenizer(config.model)
     logger = StepLogger(run_dir, config.logging, config.run, state.step, _logged_config(composed, plan))
     return Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
-                   tokenizer=tokenizer, stream=PromptStream(config.data, config.run.seed, tokenizer),
-                   algorithm=make_algorithm(config.algorithm), logger=logger, checkpointer=ckpt, state=state,
-                   last_checkpoint=resume_from, evaluator=make_evaluator(config, tokenizer), scorer=scorer)
+                   tokenizer=data.tokenizer, stream=data.stream, algorithm=make_algorithm(config.algorithm),
+                   logger=logger, checkpointer=ckpt, state=state, last_checkpoint=resume_from,
+                   evaluator=data.evaluator, scorer=scorer)
 
 
 def place_groups(config, plan, embedded: bool, with_engines: bool = True, startup: Startup | None = None):
@@ -129,6 +160,7 @@ def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
 
     config = composed.config
     scorer = make_scorer(config.data)  # a data.reward_fn that cannot be imported fails before Ray starts
+    data = _load_data(config)  # so does a data file the run cannot train on (DataRefused)
     # Again after ray.init: Ray's core worker installs its own SIGTERM handler, which would
     # end the driver without the teardown below.
     started = time.monotonic()
@@ -139,7 +171,7 @@ def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
         if resume_from:  # run.resume=auto: a checkpoint the trainers cannot load gives way to the one before
             startup.driver_phase("resume")
             resume_from = restore(trainers, ckpt, resume_from, fallback=config.run.resume == "auto")
-        rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from, scorer)
+        rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from, scorer, data)
         try:
             if resume_from:
                 sys.stdout.write(f"resumed from {resume_from} (step {rt.state.step})\n")
@@ -176,6 +208,9 @@ def launch(composed, plan, run_dir) -> int:
                 sys.stdout.write(_already_complete(config, run_dir, resume_from))
                 return EXIT_OK
             last = _run(composed, plan, run_dir, ckpt, resume_from)
+        except DataRefused as err:  # before Ray started: a user error, no traceback
+            sys.stderr.write(f"refusing to start: {err}\n(found before Ray started; nothing was run)\n")
+            return EXIT_REFUSED
         except KeyboardInterrupt as err:
             what = err.args[0] if isinstance(err, RayStartInterrupted) else "interrupted; Ray stopped"
             sys.stderr.write(f"{what}. Last checkpoint: {ckpt.latest() or 'none'}\n")

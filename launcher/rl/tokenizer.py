@@ -136,6 +136,136 @@ class HfTokenizer:
         return self._tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
+class TemplateTokenizer:
+    """The same tokenizer folder read without transformers: its tokenizer.json by the
+    `tokenizers` library and its chat template rendered by jinja2 the way
+    transformers' apply_chat_template renders it (sandboxed, trim_blocks and lstrip_blocks,
+    loop controls, its tojson / raise_exception / strftime_now, the special tokens as
+    variables). Validate's data pre-flight counts prompts with it: no torch is imported,
+    and tests/unit/validate/test_data_preflight.py checks it gives HfTokenizer's text and ids.
+    Raises TokenizerFolderError when the folder has no tokenizer.json."""
+
+    def __init__(self, folder: str, key: str = "model.hf_path"):
+        import tokenizers
+
+        root = Path(folder)
+        file = root / "tokenizer.json"
+        if not file.is_file():
+            raise TokenizerFolderError(f"{key}={folder} has no tokenizer.json (a slow-only tokenizer needs "
+                                       "transformers to read it)")
+        self._tok = tokenizers.Tokenizer.from_file(str(file))
+        config = _json_file(root / "tokenizer_config.json")
+        self._specials = {name: _token_text(config.get(name)) for name in _SPECIAL_TOKEN_NAMES
+                          if _token_text(config.get(name)) is not None}
+        self.chat_template = _chat_template(root, config)
+        self.has_chat_template = bool(self.chat_template)
+        own = self._tok.token_to_id(self._specials["eos_token"]) if "eos_token" in self._specials else None
+        listed = generation_eos_ids(folder)
+        self.eos_id = own if own is not None else (listed[0] if listed else None)
+        if self.eos_id is None:
+            raise TokenizerFolderError(f"{key}={folder}: neither the tokenizer nor generation_config.json names an "
+                                       "eos token, so no response could end; add eos_token_id to generation_config.json")
+        self.eos_ids = tuple(dict.fromkeys([self.eos_id, *listed]))
+        pad = self._tok.token_to_id(self._specials["pad_token"]) if "pad_token" in self._specials else None
+        self.pad_id = pad if pad is not None else self.eos_id
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.identity = json.dumps([str(root.resolve()), self.vocab_size, self.chat_template, _mtime(file)])
+        self._template = None
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: list[int]) -> str:
+        stops = [ids.index(e) for e in self.eos_ids if e in ids]
+        if stops:
+            ids = ids[: min(stops)]
+        return self._tok.decode(ids, skip_special_tokens=True)
+
+    def chat_text(self, messages: list[dict]) -> str:
+        if not self.chat_template:
+            raise ValueError("this tokenizer has no chat template")
+        if self._template is None:
+            self._template = _compile_template(self.chat_template)
+        return self._template.render(messages=messages, tools=None, documents=None, add_generation_prompt=True,
+                                     **self._specials)
+
+    def __getstate__(self):
+        return {**self.__dict__, "_template": None}  # a compiled jinja2 template does not pickle
+
+
+class TokenizerFolderError(ValueError):
+    """A tokenizer folder that cannot be read as the run would read it; the message says why."""
+
+
+_SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+def _json_file(file: Path) -> dict:
+    if not file.is_file():
+        return {}
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise TokenizerFolderError(f"{file}: not valid JSON ({err})") from err
+    return value if isinstance(value, dict) else {}
+
+
+def _token_text(value) -> str | None:
+    """A special token of tokenizer_config.json: a string, or an AddedToken dict's content."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _chat_template(root: Path, config: dict) -> str | None:
+    """The folder's chat template as transformers picks it: chat_template.jinja, else
+    chat_template.json's, else tokenizer_config.json's (a list of named ones: `default`)."""
+    if (root / "chat_template.jinja").is_file():
+        return (root / "chat_template.jinja").read_text(encoding="utf-8")
+    template = _json_file(root / "chat_template.json").get("chat_template") or config.get("chat_template")
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) and template else None
+
+
+def _compile_template(source: str):
+    import datetime
+
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(jinja2.ext.Extension):
+        """`{% generation %}...{% endgeneration %}` (assistant-mask markers) render their body."""
+
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[Generation, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    return env.from_string(source)
+
+
 def _mtime(file: Path) -> float | None:
     return file.stat().st_mtime if file.exists() else None
 
@@ -149,6 +279,18 @@ def tokenizer_folder(model_cfg) -> tuple[str, Path] | None:
     if model_cfg.hf_path:
         return "model.hf_path", Path(model_cfg.hf_path)
     return None
+
+
+def preflight_tokenizer(model_cfg) -> Tokenizer:
+    """The run's tokenizer (make_tokenizer's folder, same ids and chat template) read without
+    transformers or torch: for validate. Raises TokenizerFolderError."""
+    found = tokenizer_folder(model_cfg)
+    if found is None:
+        return CharTokenizer(model_cfg.arch.vocab_size)
+    key, folder = found
+    if not folder.is_dir():
+        raise TokenizerFolderError(f"{key}={folder} is not a folder")
+    return TemplateTokenizer(str(folder), key)
 
 
 def make_tokenizer(model_cfg) -> Tokenizer:

@@ -25,11 +25,16 @@ def findings_text(findings: list[Finding], title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def findings_json(findings: list[Finding], plan: dict | None) -> str:
+def findings_json(findings: list[Finding], plan: dict | None, data: dict | None = None) -> str:
+    """{"ok", "findings", "plan" (when derived), "data" (the data pre-flight's summary, when a
+    data file was sampled: `data`, else the `.data` that plan_and_check's findings carry)}."""
+    data = data if data is not None else getattr(findings, "data", None)
     payload = {
         "ok": not any(f.severity == "error" for f in findings),
         "findings": [f.to_dict() for f in sort_findings(findings)],
     }
     if plan is not None:
         payload["plan"] = mask_secrets(plan)
+    if data is not None:
+        payload["data"] = data
     return json.dumps(payload, indent=2)

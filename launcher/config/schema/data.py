@@ -33,6 +33,14 @@ class DataConfig:
     included. With algorithm.max_response_len it bounds the sequence length checked against
     inference.max_model_len and trainer.max_tokens_per_microbatch. Synthetic tasks'
     generated prompts are not filtered."""
+    preflight_rows: int = 1000
+    """Rows of data.train_path and data.val_path (the first ones, in file order) that
+    `validate` (and so every run, before Ray starts) reads, formats exactly as the run does
+    (instruction, system prompt, chat template) and counts with the run's tokenizer (its
+    tokenizer.json, read without transformers): none fitting data.max_prompt_len is an
+    error, some not fitting a warning with the share, bad rows are named by file and row,
+    and `validate --format json` reports the length distribution under "data". The run
+    still measures every row when it loads the file (before Ray). 0 = no sample."""
     chat_template: ChatTemplate = ChatTemplate.auto
     """`auto`: a file's prompts go through the tokenizer's chat template
     (apply_chat_template(messages, add_generation_prompt=True)) when model.hf_path's tokenizer

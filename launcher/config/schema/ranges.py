@@ -102,6 +102,7 @@ RANGES: dict[str, Range] = {
     "inference.router.queue_size": POS,
     "inference.router.queue_timeout_s": POS_FLOAT,
     "data.max_prompt_len": POS,
+    "data.preflight_rows": _zero("validate reads no rows of the data files"),
     "algorithm.prompts_per_step": POS,
     "algorithm.mini_batch_prompts": Range(1, checked_by="BATCH002"),
     "algorithm.samples_per_prompt": POS,

@@ -2,6 +2,7 @@
 from launcher.validate.rules import (  # noqa: F401
     algorithm,
     data,
+    data_preflight,
     inference,
     lora,
     memory,

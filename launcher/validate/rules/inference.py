@@ -17,6 +17,23 @@ def tp_divides_heads(cfg, plan):
                     "vLLM shards heads across the engine's tensor-parallel ranks.", f"Use a tp that divides {bad[0]}.")
 
 
+def _colocated_engines_fix(cfg, plan) -> str:
+    """engines x tp = the trainer GPUs: the engine count for this tp when tp divides them,
+    else the largest tp below it that divides both them and the heads (INF001), with its count."""
+    gpus, tp = plan.mesh.trainer_gpus, cfg.inference.tp
+    if gpus < 1:
+        return "Give the trainer GPUs first (placement / cluster), then set inference.engines x inference.tp to them."
+    if tp >= 1 and gpus % tp == 0:
+        return f"Set inference.engines={gpus // tp} (x tp {tp} = {gpus} trainer GPUs)."
+    a = cfg.model.arch
+    heads = [a.num_attention_heads] + ([a.linear_num_heads] if plan.arch.has_kda else [])
+    fits = [t for t in range(1, gpus + 1) if gpus % t == 0 and all(h % t == 0 for h in heads)]
+    below = [t for t in fits if t <= tp] or fits
+    t = max(below)
+    return (f"Set inference.tp={t} and inference.engines={gpus // t} (tp {tp} does not divide the {gpus} trainer "
+            f"GPU{'s' if gpus > 1 else ''}; {gpus // t} x {t} = {gpus}).")
+
+
 @rule("INF002")
 def engines_fit_placement(cfg, plan):
     """engines x tp matches the placement."""
@@ -26,7 +43,7 @@ def engines_fit_placement(cfg, plan):
         yield error("inference.engines",
                     f"colocated engines x tp = {inf.engines} x {inf.tp} = {gpus} != {plan.mesh.trainer_gpus} trainer GPUs",
                     "Colocated mode shares every GPU between one trainer rank and one engine shard.",
-                    f"Set inference.engines = {plan.mesh.trainer_gpus // inf.tp if inf.tp else 0} for tp {inf.tp}.")
+                    _colocated_engines_fix(cfg, plan))
     available = len(p.inference_nodes) * cfg.cluster.gpus_per_node
     if cfg.placement.mode is PlacementMode["async"] and gpus > available:
         yield error("inference.engines",

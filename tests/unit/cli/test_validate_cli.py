@@ -31,7 +31,7 @@ def dig(d: dict, dotted: str):
 
 
 def assert_contract(payload: dict) -> None:
-    assert set(payload) <= {"ok", "findings", "plan"} and {"ok", "findings"} <= set(payload)
+    assert set(payload) <= {"ok", "findings", "plan", "data"} and {"ok", "findings"} <= set(payload)
     assert isinstance(payload["ok"], bool) and isinstance(payload["findings"], list)
     for f in payload["findings"]:
         assert set(f) == FINDING_KEYS, f

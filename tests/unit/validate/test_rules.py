@@ -41,6 +41,26 @@ def _tiny_checkpoint_json() -> str:
 
 TINY_CHECKPOINT = _tiny_checkpoint_json()
 
+
+def _preflight_files() -> tuple[str, str]:
+    """(a GSM8K-format JSON-lines file whose second row's answer is null, a copy of the tiny
+    tokenizer whose chat template raises on a system message) for DATA009 and DATA006."""
+    folder = Path(tempfile.mkdtemp(prefix="test_rules_data_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    rows = [{"question": "what is 3 plus 4?", "answer": "#### 7"}, {"question": "and 5 plus 5?", "answer": None},
+            {"question": "what is 2 plus 2?", "answer": "#### 4"}]
+    (folder / "bad.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tok = folder / "tok"
+    shutil.copytree(Path(__file__).parents[3] / "data/tiny_tokenizer", tok)
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system "
+                               "role here') }}{% endif %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}")
+    (tok / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(folder / "bad.jsonl"), str(tok)
+
+
+BAD_ROWS_FILE, RAISING_TEMPLATE = _preflight_files()
+
 BASES: dict[str, tuple[str, ...]] = {
     "dapo_sync": ("recipe=dapo_sync",),
     "dapo_async": ("recipe=dapo_async",),
@@ -58,6 +78,8 @@ BASES: dict[str, tuple[str, ...]] = {
     "small_card": ("recipe=tiny_grpo", "cluster=h200x1", "cluster.gpu.memory_gib=22", "inference.engines=1"),
     # the tiny model loaded from a checkpoint folder whose config.json is the tiny descriptor's
     "tiny_checkpoint": ("recipe=tiny_grpo", f"model.hf_path={TINY_CHECKPOINT}"),
+    # the chat demo: the tiny tokenizer's template over the copy task's parquet files
+    "tiny_grpo_chat": ("recipe=tiny_grpo_chat",),
 }
 
 Value = str | Callable[[object], str]
@@ -121,6 +143,26 @@ CASES = [
     C("DATA005", "tiny_checkpoint", ["data.task=gsm8k", "data.train_path=data/gsm8k_sample.jsonl",
                                      "data.prompt_key=question"], W, "data.chat_template", "data.chat_template=auto",
       "has no chat_template"),
+    # the data pre-flight: gsm8k_grpo's 32 sampled prompts are 119..179 characters with the task's instruction
+    C("DATA006", "tiny_checkpoint", ["data.task=gsm8k", "data.train_path=data/gsm8k_sample.jsonl",
+                                     "data.prompt_key=question"], W, "model.hf_path", "not checked", "no tokenizer.json"),
+    C("DATA006", "tiny_grpo_chat", [f"model.tokenizer_path={RAISING_TEMPLATE}", "data.system_prompt=be brief",
+                                    "data.val_path=null"], E, "data.chat_template", "data.train_path=",
+      "no system role here"),
+    C("DATA007", "gsm8k_grpo", ["data.max_prompt_len=100"], E, "data.max_prompt_len", "no prompt fits",
+      "32 of 32 sampled prompts", "data.max_prompt_len=100", "min 119", "max 179", "data/gsm8k_sample.jsonl"),
+    C("DATA007", "gsm8k_grpo", ["data.max_prompt_len=150"], W, "data.max_prompt_len", "% of prompts would be dropped",
+      "data.max_prompt_len=150"),
+    C("DATA007", "tiny_grpo_chat", ["data.max_prompt_len=7", "data.val_path=null"], E, "data.max_prompt_len",
+      "no prompt fits", "chat template", "model.tokenizer_path=data/tiny_tokenizer"),
+    C("DATA008", "gsm8k_grpo", ["inference.max_model_len=1100"], E, "inference.max_model_len",
+      "32 of 32 sampled prompts", "algorithm.max_response_len=1024", "inference.max_model_len=1100"),
+    C("DATA008", "gsm8k_grpo", ["inference.max_model_len=1180"], W, "inference.max_model_len",
+      "algorithm.max_response_len=1024", "inference.max_model_len=1180"),
+    C("DATA009", "gsm8k_grpo", [f"data.train_path={BAD_ROWS_FILE}"], E, "data.bad_rows", "1 bad rows",
+      "bad.jsonl:2: answer is null"),
+    C("DATA009", "gsm8k_grpo", [f"data.train_path={BAD_ROWS_FILE}", "data.bad_rows=skip"], W, "data.bad_rows",
+      "bad.jsonl:2: answer is null"),
     C("DATA003", "tiny_grpo", ["data.reward_fn=no_such_module_q7.rewards:score"], E, "data.reward_fn",
       "data.reward_fn='no_such_module_q7.rewards:score'", "module 'no_such_module_q7.rewards' not found"),
     C("DATA003", "tiny_grpo", ["data.reward_fn=rewards.compute_score"], E, "data.reward_fn",
@@ -340,6 +382,22 @@ def test_overrides_fire_rule(point, case):
         text = value(p.plan) if callable(value) else value
         assert text in finding.message, f"{text!r} not in {finding.message!r}"
     assert finding.why.strip() and finding.fix.strip()
+
+
+@pytest.mark.parametrize("overrides", [
+    ("recipe=gsm8k_grpo", "model=glm5_3_flash_4layer", "cluster=h200x1"),  # issue 30: was "engines = 0 for tp 8"
+    ("recipe=dapo_sync", "inference.engines=1"),
+    ("recipe=dapo_sync", "inference.tp=3"),
+])
+def test_inf002_fix_is_one_the_validator_accepts(point, overrides):
+    """INF002's suggested settings, applied, clear INF002 without an INF001 (tp divides the heads)."""
+    import re
+
+    (finding,) = point(*overrides).of("INF002")
+    fix = dict(re.findall(r"(inference\.(?:engines|tp))=(\d+)", finding.fix))
+    assert "inference.engines" in fix, finding.fix
+    fixed = point(*overrides, *(f"{k}={v}" for k, v in fix.items()))
+    assert not fixed.of("INF002") and not fixed.of("INF001"), (finding.fix, fixed.findings)
 
 
 def test_rules_are_pure_and_repeatable(point):
