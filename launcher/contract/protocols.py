@@ -126,8 +126,9 @@ class TrainShard:
     (then they equal the current ones and are taken from the same forward pass)."""
     rollout_logprobs: list[list[float]] | None = None
     """Engine log-probs of the response tokens (the behaviour policy). When given, each
-    token's loss is weighted by pi_old / pi_rollout, truncated (grpo.IS_WEIGHT_CAP): it
-    corrects the engine's lag in async mode and engine/trainer numeric mismatch in both."""
+    token's loss is weighted by pi_old / pi_rollout at token and sequence level, bounded as
+    algorithm.off_policy says (launcher/rl/off_policy.py): it corrects the engine's lag in
+    async mode and engine/trainer numeric mismatch in both."""
     stats: dict = field(default_factory=dict)
 
 

@@ -10,16 +10,14 @@ aggregation (token mean, sequence mean) with the normaliser of the whole mini-ba
 across data-parallel ranks, so summing gradients over ranks and micro-batches gives
 exactly the single-process loss.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from launcher.rl.algorithm import ALGORITHMS, LossInputs
+from launcher.rl.off_policy import OffPolicy
 
 ADV_EPS = 1e-6
-IS_WEIGHT_CAP = 2.0
-"""Truncation of the async importance weight pi_prox / pi_rollout (truncated IS keeps the
-variance bounded when an old sample's tokens became much likelier)."""
 
 
 def group_advantages(rewards_B: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -75,11 +73,14 @@ class Grpo:
     loss_agg: str
     kl_coef: float
     entropy_coef: float
+    off_policy: OffPolicy = field(default_factory=OffPolicy)
+    """Importance weights pi_old / pi_rollout (algorithm.off_policy; off_policy.py)."""
 
     @classmethod
     def from_config(cls, alg) -> "Grpo":
         return cls(clip_low=alg.clip_low, clip_high=alg.clip_high, dual_clip=alg.dual_clip,
-                   loss_agg=_value(alg.loss_agg), kl_coef=alg.kl_coef, entropy_coef=alg.entropy_coef)
+                   loss_agg=_value(alg.loss_agg), kl_coef=alg.kl_coef, entropy_coef=alg.entropy_coef,
+                   off_policy=OffPolicy.from_config(alg.off_policy))
 
     def shape_rewards(self, rewards_B: torch.Tensor, response_len_B: torch.Tensor) -> torch.Tensor:
         return rewards_B

@@ -1,7 +1,7 @@
 """One micro-batch's RL loss from the trainer's log-probs: shared by every trainer backend.
 
 Backends differ only in how they run the model (HF module or Megatron runner); the loss
-inputs (old/rollout log-probs on the token grid, truncated importance weights, advantages,
+inputs (old/rollout log-probs on the token grid, the off-policy importance weights, advantages,
 aggregation weights, optional reference log-probs) are assembled here once, so the hf and
 megatron backends cannot drift apart numerically.
 
@@ -13,7 +13,7 @@ import torch
 
 from launcher.contract.protocols import TrainShard
 from launcher.rl.algorithm import LossInputs
-from launcher.rl.grpo import IS_WEIGHT_CAP, k3_kl_BT, token_weights
+from launcher.rl.grpo import k3_kl_BT, token_weights
 from launcher.workers.batch import grid
 
 
@@ -24,12 +24,12 @@ def micro_loss(algorithm, shard: TrainShard, batch, logp_BT: torch.Tensor, entro
     if not algorithm.entropy_coef:
         entropy_BT = entropy_BT.detach()
     old_BT = grid(shard.old_logprobs, batch, shard.prompt_lens).to(dev) if shard.old_logprobs else logp_BT.detach()
+    mask_BT = batch.mask_BT.to(dev)
     is_weight_BT = torch.ones_like(logp_BT)
     rollout_BT = None
     if shard.rollout_logprobs is not None:
         rollout_BT = grid(shard.rollout_logprobs, batch, shard.prompt_lens).to(dev)
-        is_weight_BT = torch.exp(old_BT - rollout_BT).clamp(max=IS_WEIGHT_CAP)
-    mask_BT = batch.mask_BT.to(dev)
+        is_weight_BT, _ = algorithm.off_policy.weights(old_BT, rollout_BT, mask_BT)
     inputs = LossInputs(
         logp_BT=logp_BT, old_logp_BT=old_BT,
         adv_B=torch.tensor([shard.advantages[r] for r in batch.rows], device=dev),

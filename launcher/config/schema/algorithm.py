@@ -2,7 +2,7 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
-from launcher.config.schema.choices import AlgorithmName, LossAgg
+from launcher.config.schema.choices import AlgorithmName, LossAgg, OffPolicyMode
 
 
 @dataclass
@@ -23,6 +23,43 @@ class OverlongConfig:
     expected_response_len: Optional[int] = None
     """Mean response length you observe (tokens); null = 0.6 x max_response_len. The validator
     warns when the penalty starts below it, i.e. when most responses would be penalised."""
+
+
+@dataclass
+class TokenCorrectionConfig:
+    mode: OffPolicyMode = OffPolicyMode.truncate
+    """Per-token weight w_t = pi_old(t) / pi_rollout(t): off | truncate | mask | reject
+    (OffPolicyMode). The default, truncate at upper 2.0, is the token TIS every run had
+    before this block existed (the former constant grpo.IS_WEIGHT_CAP)."""
+    lower: Optional[float] = None
+    """Lower bound of w_t (null = 0); < 1 when set."""
+    upper: Optional[float] = 2.0
+    """Upper bound of w_t (null = none); > 1 when set."""
+
+
+@dataclass
+class SequenceCorrectionConfig:
+    mode: OffPolicyMode = OffPolicyMode.off
+    """Per-sequence weight, the geometric mean of the response's token ratios,
+    w_seq = exp(mean_t(log pi_old(t) - log pi_rollout(t))), multiplying every token of the
+    sequence: off | truncate | mask | reject (reject: the geometric sequence mask)."""
+    lower: Optional[float] = None
+    """Lower bound of w_seq (null = 0); < 1 when set (e.g. 0.999 for a tight geometric mask)."""
+    upper: Optional[float] = None
+    """Upper bound of w_seq (null = none); > 1 when set (e.g. 1.001)."""
+
+
+@dataclass
+class OffPolicyConfig:
+    """Correction for the trainer's policy (the old log-probs) differing from the policy the
+    engine sampled with (its rollout log-probs): the engines' lag in async mode and the
+    engine/trainer numeric mismatch (kernels, bf16, MoE routing) in both loops. A token's loss
+    is weighted by token weight x its sequence's weight; the weights carry no gradient."""
+
+    token: TokenCorrectionConfig = field(default_factory=TokenCorrectionConfig)
+    """Token-level importance weight (TIS / IcePop)."""
+    sequence: SequenceCorrectionConfig = field(default_factory=SequenceCorrectionConfig)
+    """Sequence-level importance weight (geometric mean of the token ratios)."""
 
 
 @dataclass
@@ -57,5 +94,7 @@ class AlgorithmConfig:
     """DAPO dynamic sampling."""
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
     """DAPO overlong soft penalty."""
+    off_policy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
+    """Importance weights between the trainer's old and the engine's rollout log-probs."""
     max_staleness: int = 0
     """Async: samples older than this many policy versions are never trained on; >= 1 for async."""

@@ -101,3 +101,15 @@ class BadRows(str, Enum):
 
     error = "error"
     skip = "skip"
+
+
+class OffPolicyMode(str, Enum):
+    """What an importance weight w = pi_old / pi_rollout does (algorithm.off_policy):
+    `off`: w = 1; `truncate`: w clamped to [lower, upper] (TIS); `mask`: w inside
+    [lower, upper], 0 outside (IcePop); `reject`: 1 inside, 0 outside (a pure rejection,
+    e.g. the geometric sequence mask)."""
+
+    off = "off"
+    truncate = "truncate"
+    mask = "mask"
+    reject = "reject"

@@ -115,3 +115,34 @@ def run_lengths(cfg, plan):
     if cfg.checkpoint.every_steps < 0:
         yield error("checkpoint.every_steps", f"checkpoint.every_steps={cfg.checkpoint.every_steps}",
                     "It is a step interval; 0 means only the final checkpoint.", "Set checkpoint.every_steps >= 0.")
+
+
+@rule("ALGO007")
+def off_policy_bounds(cfg, plan):
+    """algorithm.off_policy.{token,sequence}: 0 <= lower < 1 < upper; truncate and mask need an upper bound, reject a bound."""
+    for level in ("token", "sequence"):
+        b = getattr(cfg.algorithm.off_policy, level)
+        mode = getattr(b.mode, "value", b.mode)
+        if mode == "off":
+            continue
+        key = f"algorithm.off_policy.{level}"
+        shown = f"{key}.mode={mode}, lower={b.lower}, upper={b.upper}"
+        if b.lower is not None and not 0 <= b.lower < 1:
+            yield error(f"{key}.lower", shown,
+                        "An on-policy token or sequence has ratio 1: a lower bound at or above 1 truncates or drops "
+                        "every sample that is not less likely under the trainer, and a ratio is never negative.",
+                        f"Set {key}.lower in [0, 1) (e.g. 0.5 for a token mask, 0.999 for a geometric sequence "
+                        "mask) or null.")
+        if b.upper is not None and b.upper <= 1:
+            yield error(f"{key}.upper", shown,
+                        "An on-policy token or sequence has ratio 1: an upper bound at or below 1 truncates or drops "
+                        "every sample that is not less likely under the engine.",
+                        f"Set {key}.upper > 1 (token TIS: 2.0; a geometric sequence mask: 1.001) or null.")
+        if mode in ("truncate", "mask") and b.upper is None:
+            yield error(f"{key}.upper", shown,
+                        f"`{mode}` without an upper bound leaves the importance weight unbounded above: one token "
+                        "the engine found unlikely can carry the whole gradient (its variance is unbounded).",
+                        f"Set {key}.upper (token TIS: 2.0), or {key}.mode=off.")
+        if mode == "reject" and b.lower is None and b.upper is None:
+            yield error(key, shown, "`reject` without bounds rejects nothing and weights nothing: it does nothing.",
+                        f"Set {key}.lower and/or {key}.upper (e.g. 0.999 / 1.001), or {key}.mode=off.")
