@@ -3,7 +3,11 @@
 `kl` is the k3 KL to the reference model when algorithm.kl_coef > 0; otherwise the k3 KL
 between the policy that generated the samples (engine log-probs) and the one trained on
 them: ~0 in the synchronous loop (a nonzero value there means engine and trainer
-disagree), the drift of stale samples in the async one.
+disagree), the drift of stale samples in the async one. That one is also `rollout_kl`,
+beside the other trainer-vs-rollout keys of every training row (the trainer's old log-probs
+against the engine's, over the step's response tokens): `logprob_abs_diff_mean` and
+`logprob_abs_diff_max` (|old - rollout|) and `is_masked_frac` (the share of tokens that
+algorithm.off_policy's masks dropped).
 Timing keys end in `_s`; they are the only values that differ between two runs with the
 same seed (the resume test compares everything else).
 

@@ -1,5 +1,8 @@
 """The reward/length curve PNG written into the run directory at the end of a run.
 
+Panels: reward and accuracy, response length, and (when the rows have them) the
+trainer-vs-rollout mismatch per step (MISMATCH_SERIES: log-prob gap, rollout KL, masked share).
+
 Training rows (those with `reward`) give the sample curves; evaluation rows (those with
 EVAL_MARK, launcher/driver/evaluate.py) add the held-out accuracy to the top panel.
 """
@@ -9,6 +12,19 @@ from pathlib import Path
 EVAL_MARK = "eval/n"
 """Present in every evaluation row of metrics.jsonl and in no training row."""
 EVAL_SERIES = (("eval/greedy_acc", "held-out greedy accuracy"), ("eval/mean_at_k_acc", "held-out mean@k accuracy"))
+MISMATCH_SERIES = ("logprob_abs_diff_mean", "logprob_abs_diff_max", "rollout_kl", "is_masked_frac")
+"""Trainer-vs-rollout keys of the training rows, drawn per step on the bottom panel."""
+
+
+def mismatch_panel(rows: list[dict]) -> list[tuple[str, list[int], list[float]]]:
+    """(key, steps, values) of each MISMATCH_SERIES key some training row has."""
+    train = [r for r in rows if "reward" in r]
+    curves = []
+    for key in MISMATCH_SERIES:
+        have = [r for r in train if key in r]
+        if have:
+            curves.append((key, [r["step"] for r in have], [r[key] for r in have]))
+    return curves
 
 
 def accuracy_panel(rows: list[dict]) -> list[tuple[str, list[int], list[float]]]:
@@ -35,15 +51,23 @@ def write_curves(metrics_file: Path, out_file: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     train = [r for r in rows if "reward" in r]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    mismatch = mismatch_panel(rows)
+    panels = 3 if mismatch else 2
+    fig, axes = plt.subplots(panels, 1, figsize=(7, 3 * panels), sharex=True)
+    top, middle = axes[0], axes[1]
     for label, steps, values in accuracy_panel(rows):
         held_out = label.startswith("held-out")
         top.plot(steps, values, label=label, marker="o" if held_out else None, linestyle="--" if held_out else "-")
     top.set_ylabel("mean over samples / problems")
     top.legend()
-    bottom.plot([r["step"] for r in train], [r["response_len"] for r in train], color="tab:green")
-    bottom.set_ylabel("response length (tokens)")
-    bottom.set_xlabel("step")
+    middle.plot([r["step"] for r in train], [r["response_len"] for r in train], color="tab:green")
+    middle.set_ylabel("response length (tokens)")
+    if mismatch:
+        for key, steps, values in mismatch:
+            axes[2].plot(steps, values, label=key)
+        axes[2].set_ylabel("trainer vs rollout")
+        axes[2].legend()
+    axes[-1].set_xlabel("step")
     fig.tight_layout()
     fig.savefig(out_file, dpi=100)
     plt.close(fig)

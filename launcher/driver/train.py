@@ -10,7 +10,12 @@ import torch
 from launcher.contract.protocols import TrainShard
 from launcher.driver.rollout import Group
 
-SUMMED_STATS = ("clip_frac", "ppo_kl", "entropy", "kl_ref", "is_weight", "rollout_kl")
+SUMMED_STATS = ("clip_frac", "ppo_kl", "entropy", "kl_ref", "is_weight", "rollout_kl", "logprob_abs_diff_mean",
+                "is_masked_frac")
+"""Sums over response tokens; the step's value is the sum over ranks and mini-batches / tokens."""
+MAX_SUFFIX = "_max"
+"""A trainer statistic named `*_max` is a maximum (trainer_base.py): the step's is the max
+over ranks and mini-batches (logprob_abs_diff_max)."""
 
 
 def _flatten(groups: list[Group], algorithm, samples: int):
@@ -54,11 +59,14 @@ def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm) -> dict:
         per_rank = trainers.train_step(_shards(rows, trainers.dp, seqs, prompt_lens, adv, rollout, old))
         for stats in per_rank:
             for key, value in stats.items():
-                if key != "grad_norm":
+                if key.endswith(MAX_SUFFIX):
+                    totals[key] = max(totals.get(key, value), value)
+                elif key != "grad_norm":
                     totals[key] = totals.get(key, 0.0) + value
         totals["grad_norm"] = per_rank[0]["grad_norm"]
     tokens = max(totals.get("tokens", 0.0), 1.0)
     metrics = {key: totals[key] / tokens for key in SUMMED_STATS if key in totals}
+    metrics.update({key: value for key, value in totals.items() if key.endswith(MAX_SUFFIX)})
     metrics.update(loss=totals.get("loss", 0.0) / len(minis), grad_norm=totals.get("grad_norm", 0.0),
                    mini_batches=len(minis), trained_sequences=len(seqs))
     return metrics

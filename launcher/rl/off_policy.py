@@ -74,3 +74,14 @@ class OffPolicy:
         weight_BT = token_w_BT * seq_w_B[:, None] * mask_BT
         return weight_BT, masked_BT & mask_BT
 
+
+
+def mismatch_stats(old_BT: torch.Tensor, rollout_BT: torch.Tensor, mask_BT: torch.Tensor,
+                   masked_BT: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Trainer-vs-rollout statistics of a micro-batch's response tokens, as sums over tokens
+    (the driver divides by the step's tokens: logprob_abs_diff_mean, is_masked_frac) and
+    one max (the driver takes the max over micro-batches and ranks: logprob_abs_diff_max)."""
+    mask_BT = mask_BT.bool()
+    gap_BT = torch.where(mask_BT, (old_BT - rollout_BT).abs(), torch.zeros_like(old_BT))
+    return {"logprob_abs_diff_mean": gap_BT.sum(), "logprob_abs_diff_max": gap_BT.amax() if gap_BT.numel() else gap_BT.sum(),
+            "is_masked_frac": (masked_BT & mask_BT).sum().float()}

@@ -14,6 +14,7 @@ import torch
 from launcher.contract.protocols import TrainShard
 from launcher.rl.algorithm import LossInputs
 from launcher.rl.grpo import k3_kl_BT, token_weights
+from launcher.rl.off_policy import mismatch_stats
 from launcher.workers.batch import grid
 
 
@@ -29,7 +30,7 @@ def micro_loss(algorithm, shard: TrainShard, batch, logp_BT: torch.Tensor, entro
     rollout_BT = None
     if shard.rollout_logprobs is not None:
         rollout_BT = grid(shard.rollout_logprobs, batch, shard.prompt_lens).to(dev)
-        is_weight_BT, _ = algorithm.off_policy.weights(old_BT, rollout_BT, mask_BT)
+        is_weight_BT, masked_BT = algorithm.off_policy.weights(old_BT, rollout_BT, mask_BT)
     inputs = LossInputs(
         logp_BT=logp_BT, old_logp_BT=old_BT,
         adv_B=torch.tensor([shard.advantages[r] for r in batch.rows], device=dev),
@@ -41,4 +42,5 @@ def micro_loss(algorithm, shard: TrainShard, batch, logp_BT: torch.Tensor, entro
     stats["is_weight"] = (is_weight_BT * mask_BT).sum().detach()
     if rollout_BT is not None:
         stats["rollout_kl"] = (k3_kl_BT(old_BT, rollout_BT) * mask_BT).sum().detach()
+        stats.update(mismatch_stats(old_BT.detach(), rollout_BT, mask_BT, masked_BT))
     return loss, stats

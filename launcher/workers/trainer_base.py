@@ -18,6 +18,7 @@ and overrides _backward(loss) where its gradient reduction needs the loss scaled
 Shapes: B sequences of a micro-batch, T target positions (batch.py's grid).
 """
 import datetime
+import operator
 import os
 from collections.abc import Iterable, Iterator
 
@@ -35,6 +36,9 @@ from launcher.workers.loss import micro_loss
 from launcher.workers.progress import Progress
 from launcher.workers.rendezvous import free_address
 from launcher.workers.stream import StreamedExport
+
+MAX_SUFFIX = "_max"
+"""A statistic whose name ends so is a maximum over micro-batches (and ranks, train.py), not a sum."""
 
 
 def tagged(kind: str, named: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, str, torch.Tensor]]:
@@ -107,7 +111,8 @@ class TrainerBase(StreamedExport):
         return micro_loss(self.algorithm, shard, batch, logp_BT, entropy_BT, lambda: self._ref_logprobs(batch))
 
     def train_step(self, shard: TrainShard) -> dict[str, float]:
-        """One optimizer step on this rank's share of a mini-batch; returns summed statistics."""
+        """One optimizer step on this rank's share of a mini-batch; returns summed statistics
+        (those named `*_max` are maxima)."""
         self.model.train()
         self._zero_grad()
         sums = {"loss": 0.0, "tokens": 0.0}
@@ -117,7 +122,8 @@ class TrainerBase(StreamedExport):
             sums["loss"] += float(loss.detach())
             sums["tokens"] += float(batch.mask_BT.sum())
             for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
+                combine = max if key.endswith(MAX_SUFFIX) else operator.add
+                sums[key] = combine(sums[key], float(value)) if key in sums else float(value)
         sums["grad_norm"] = self._step()
         return sums
 

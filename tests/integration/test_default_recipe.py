@@ -20,6 +20,9 @@ def test_default_recipe_trains_and_evaluates_from_the_shipped_files(launch_run):
     assert evals[0]["eval/n"] == 8 and evals[0]["eval/k"] == 2
     # A response is at most max_response_len tokens; one that stopped early ended at an eos id.
     assert all(0 < r["response_len"] <= 3 and 0 <= r["truncated_frac"] <= 1 for r in steps)
+    # The trainer-vs-rollout metrics of every step (same weights, same numerics: a tiny gap, nothing masked).
+    assert all(0 <= r["logprob_abs_diff_mean"] <= r["logprob_abs_diff_max"] < 1e-3 and r["is_masked_frac"] == 0
+               and "rollout_kl" in r for r in steps)
     (startup,) = run.startup_rows()
     assert startup["step"] == 0 and startup["startup_estimate_s"] > 0
     assert {"engine 0", "trainer rank 0", "driver"} <= set(startup["startup"])

@@ -86,8 +86,12 @@ def test_trainer_step_weights_and_drops_by_the_config():
     trainer, shard = _trainer_and_shard()
     stats = trainer.train_step(shard)
     assert stats["is_weight"] / stats["tokens"] == pytest.approx(math.exp(-0.1), rel=1e-4)
+    # the metrics of every step (part of the row the loops log): the 0.1-nat gap, nothing masked
+    assert stats["logprob_abs_diff_mean"] / stats["tokens"] == pytest.approx(0.1, abs=1e-5)
+    assert stats["logprob_abs_diff_max"] == pytest.approx(0.1, abs=1e-5) and stats["is_masked_frac"] == 0.0
     trainer, shard = _trainer_and_shard("algorithm.off_policy.sequence.mode=reject",
                                         "algorithm.off_policy.sequence.lower=0.99",
                                         "algorithm.off_policy.sequence.upper=1.01")
     stats = trainer.train_step(shard)
     assert stats["is_weight"] == 0.0 and stats["loss"] == 0.0 and stats["grad_norm"] == 0.0
+    assert stats["is_masked_frac"] == stats["tokens"]

@@ -1,0 +1,75 @@
+"""The trainer-vs-rollout metrics of every training row: what a micro-batch sums, how the
+driver turns ranks' and mini-batches' sums into the step's means and maxima, and the plot's
+mismatch panel."""
+import json
+
+import pytest
+import torch
+
+from launcher.driver.plot import mismatch_panel, write_curves
+from launcher.driver.rollout import Group
+from launcher.driver.train import train_on_groups
+from launcher.rl.off_policy import OffPolicy, mismatch_stats
+from launcher.rl.tasks import Problem
+
+
+def test_micro_batch_statistics():
+    old_BT = torch.tensor([[0.0, -1.0, -5.0], [-0.5, -0.5, 0.0]])
+    rollout_BT = torch.tensor([[-0.2, -1.0, 0.0], [-0.4, -0.8, 0.0]])
+    mask_BT = torch.tensor([[True, True, False], [True, True, False]])
+    _, masked_BT = OffPolicy().weights(old_BT, rollout_BT, mask_BT)
+    stats = mismatch_stats(old_BT, rollout_BT, mask_BT, torch.tensor([[True, False, True], [False] * 3]))
+    assert float(stats["logprob_abs_diff_mean"]) == pytest.approx(0.2 + 0.0 + 0.1 + 0.3)  # padding's 5.0 left out
+    assert float(stats["logprob_abs_diff_max"]) == pytest.approx(0.3)
+    assert float(stats["is_masked_frac"]) == 1.0 and not masked_BT.any()
+
+
+class _Trainers:
+    """Two data-parallel ranks whose train_step returns fixed sums (what TrainerBase.train_step returns)."""
+
+    dp = 2
+
+    def __init__(self):
+        self.calls = 0
+
+    def train_step(self, shards):
+        self.calls += 1
+        return [{"loss": 1.0, "tokens": 4.0, "logprob_abs_diff_mean": 0.4, "logprob_abs_diff_max": 0.1 * self.calls,
+                 "is_masked_frac": 1.0, "rollout_kl": 0.02, "grad_norm": 1.0},
+                {"loss": 1.0, "tokens": 4.0, "logprob_abs_diff_mean": 0.8, "logprob_abs_diff_max": 0.05,
+                 "is_masked_frac": 0.0, "rollout_kl": 0.02, "grad_norm": 1.0}]
+
+    def logprobs(self, shards, order):
+        return [[0.0] * 2 for _ in order]
+
+
+def _groups(n):
+    return [Group(Problem("p", "a"), [1, 2], [[3, 4]] * 2, [[-1.0, -1.0]] * 2, 0, [0.0, 1.0], [0.0, 1.0],
+                  [False, True]) for _ in range(n)]
+
+
+def test_step_means_over_tokens_and_max_over_ranks_and_mini_batches():
+    class Alg:
+        samples_per_prompt, mini_batch_prompts = 2, 2
+
+    class Algorithm:
+        @staticmethod
+        def advantages(rewards_B, samples):
+            return rewards_B
+
+    trainers = _Trainers()
+    metrics = train_on_groups(trainers, _groups(4), Alg, Algorithm)  # two mini-batches of two groups
+    assert trainers.calls == 2 and metrics["mini_batches"] == 2
+    assert metrics["logprob_abs_diff_mean"] == pytest.approx((0.4 + 0.8) * 2 / 16)
+    assert metrics["logprob_abs_diff_max"] == pytest.approx(0.2)  # the second mini-batch's rank 0
+    assert metrics["is_masked_frac"] == pytest.approx(2 / 16) and metrics["rollout_kl"] == pytest.approx(0.08 / 16)
+
+
+def test_plot_draws_the_mismatch_panel(tmp_path):
+    rows = [{"step": s, "reward": 0.1 * s, "accuracy": 0.0, "response_len": 3.0, "logprob_abs_diff_mean": 0.01 * s,
+             "rollout_kl": 0.001, "is_masked_frac": 0.0} for s in (1, 2, 3)]
+    assert [key for key, *_ in mismatch_panel(rows)] == ["logprob_abs_diff_mean", "rollout_kl", "is_masked_frac"]
+    assert mismatch_panel([{"step": 1, "reward": 0.0}]) == []
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert write_curves(metrics, tmp_path / "curves.png").stat().st_size > 0
