@@ -7,17 +7,23 @@ import sys
 
 from launcher.cli.args import Args, UsageError, parse_args
 from launcher.cli.commands import EXIT_CONFIG, cmd_plan, cmd_run, cmd_validate
-from launcher.cli.help import help_text
+from launcher.cli.help import help_text, version_text
 from launcher.config.compose import compose
 from launcher.driver.rundir import resolved_yaml
 from launcher.errors import ConfigError
+from launcher.paths import add_root
 from launcher.validate.report import findings_json, findings_text
 
 
 def _dispatch(args: Args) -> int:
+    if args.version:
+        sys.stdout.write(version_text())
+        return 0
     if args.help is not None:
         sys.stdout.write(help_text(args.help))
         return 0
+    for root in args.roots:
+        add_root(root)
     if args.command == "submit":  # with or without -m: each point becomes a Ray job
         from launcher.cli.submit import cmd_submit
 
@@ -31,7 +37,7 @@ def _dispatch(args: Args) -> int:
 
         return cmd_sweep(args)
     if args.command == "validate":
-        return cmd_validate(args.overrides, args.format, args.all)
+        return cmd_validate(args.overrides, args.format, args.all, args.roots)
     if args.command == "export":
         from launcher.cli.export import cmd_export
 

@@ -24,6 +24,9 @@ class Args:
     all: bool = False
     keep: list[str] = field(default_factory=list)
     adapter: bool = False
+    roots: list[str] = field(default_factory=list)
+    """--root DIR: config roots added for this command (validate --all then checks only their recipes)."""
+    version: bool = False
 
 
 def _take_value(argv: list[str], i: int, flag: str) -> tuple[str, int]:
@@ -58,6 +61,11 @@ def parse_args(argv: list[str]) -> Args:
             args.all, i = True, i + 1
         elif name == "--adapter":
             args.adapter, i = True, i + 1
+        elif name == "--version":
+            args.version, i = True, i + 1
+        elif name == "--root":
+            value, i = _take_value(argv, i, "--root")
+            args.roots.append(value)
         elif name == "--keep":
             value, i = _take_value(argv, i, "--keep")
             args.keep.extend(v for v in value.split(",") if v)

@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 from launcher.config.compose import Composed, compose
-from launcher.config.files import available
+from launcher.config.files import available, in_root
 from launcher.driver.rundir import RunDirLock, RunDirLocked, resolved_yaml, run_dir_of, write_run_files
 from launcher.errors import ConfigError, Finding
 from launcher.validate import plan_and_check
@@ -16,8 +16,19 @@ def _has_error(findings: list[Finding]) -> bool:
     return any(f.severity == "error" for f in findings)
 
 
-def cmd_validate(overrides: list[str], fmt: str, all_recipes: bool) -> int:
-    points = [[f"recipe={r}"] + overrides for r in sorted(available("recipe"))] if all_recipes else [overrides]
+def _all_recipes(roots: list[str]) -> list[str]:
+    """--all's recipes: those of the --root folders when given (a team's, in pre-commit: the shipped
+    ones are checked in the launcher's own CI), else every root's."""
+    if not roots:
+        return sorted(available("recipe"))
+    return sorted({name for root in roots for name in in_root(Path(root).resolve(), "recipe")})
+
+
+def cmd_validate(overrides: list[str], fmt: str, all_recipes: bool, roots: list[str]) -> int:
+    points = [[f"recipe={r}"] + overrides for r in _all_recipes(roots)] if all_recipes else [overrides]
+    if not points:  # a --root without recipes/ (a commit that touched only its clusters)
+        sys.stdout.write("[]\n" if fmt == "json" else f"no recipes in {', '.join(roots)}: nothing to validate\n")
+        return EXIT_OK
     worst, outputs = EXIT_OK, []
     for point in points:
         code, text = _validate_one(point, fmt)

@@ -13,7 +13,6 @@ from launcher.cli.commands import EXIT_INVALID, EXIT_OK, take_run_dir_lock
 from launcher.cli.submit import refuse_secret_overrides
 from launcher.config.compose import Composed
 from launcher.driver.rundir import run_dir_of, write_run_files
-from launcher.paths import PROJECT_ROOT
 from launcher.validate import plan_and_check
 from launcher.validate.report import findings_text
 
@@ -72,14 +71,15 @@ exit $rc
 
 def sbatch_script(composed: Composed, run_dir: Path) -> str:
     """The batch script for this run: nodes and GPUs per node from the cluster section, the run's own
-    overrides with an absolute run.output_dir, this venv's python and ray."""
+    overrides with an absolute run.output_dir, this venv's python and ray. It runs from the folder sbatch
+    was called in, where the recipe's relative data paths resolve (launcher.paths)."""
     cluster = composed.config.cluster
     kept = [o for o in composed.overrides if o.partition("=")[0].lstrip("+~") not in ("run.output_dir",
                                                                                       "cluster.ray_address")]
     overrides = [*kept, f"run.output_dir={os.path.abspath(composed.config.run.output_dir)}"]
     python = Path(sys.executable)
     return _TEMPLATE.format(name=composed.config.run.name, nodes=cluster.nodes, gpus=cluster.gpus_per_node,
-                            run_dir=run_dir, root=shlex.quote(str(PROJECT_ROOT)), port=RAY_PORT,
+                            run_dir=run_dir, root=shlex.quote(os.getcwd()), port=RAY_PORT,
                             ray=shlex.quote(str(python.with_name("ray"))), python=shlex.quote(str(python)),
                             timeout=NODES_TIMEOUT_S, overrides=shlex.join(overrides))
 

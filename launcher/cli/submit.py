@@ -1,9 +1,9 @@
 """`submit` (and `-m submit`): every point is composed, validated and planned here, as `run` and
 `-m plan` do, and each legal point goes to the Ray cluster (cluster.ray_address) as a Ray job
 (ray.job_submission.JobSubmissionClient, through the dashboard at cluster.dashboard_address) whose
-entrypoint is `python -m launcher run <the point's overrides>`, run in the job's working_dir: this
-repository shipped through the job's runtime_env (cluster.ship_code), so the cluster needs only
-the venv. Illegal points are listed and never submitted; a point whose run directory a live run
+entrypoint is `python -m launcher run <the point's overrides>`, with this launcher shipped through the
+job's runtime_env (cluster.ship_code: a checkout as the job's working_dir, a wheel install's packages
+as py_modules), so the cluster needs only the venv. Illegal points are listed and never submitted; a point whose run directory a live run
 holds (RunDirLock) is refused before submission. Each point's run directory, job id and log
 command are printed and appended to `<run.output_dir>/<run.name>/jobs.json`, which `jobs` reads.
 """

@@ -11,9 +11,10 @@ from hydra.errors import MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ConfigTypeError, OmegaConfBaseException, ValidationError
 
-from launcher.config.files import BROKEN, available
+from launcher.config.files import BROKEN, available, in_root
 from launcher.config.schema.keys import schema_fields, type_name
 from launcher.errors import ConfigError, Finding
+from launcher.paths import GROUP_DIRS, config_roots
 
 
 def _closest_key(full_key: str) -> str | None:
@@ -90,12 +91,20 @@ def _missing_config(exc: MissingConfigException) -> Finding:
     if group not in ("recipe", "cluster", "model"):
         return _generic(exc)
     options = sorted(available(group))
+    folder = GROUP_DIRS[group]
     return Finding(
         id="CFG003", severity="error", key=group,
-        message=f"Unknown {group} `{name}`. Available: {', '.join(options)}.",
-        why=f"`{group}=` selects a file in the {group} folder and there is no `{name}.yaml`.",
-        fix=f"Pick one of: {', '.join(options)}.",
+        message=f"Unknown {group} `{name}`. Available {_by_root(group)}.",
+        why=f"`{group}=` selects a file in the {folder}/ folder of a config root (the launcher's shipped ones, "
+            f"then each LAUNCHER_CONFIG_ROOTS folder) and none holds `{name}.yaml`.",
+        fix=f"Pick one of: {', '.join(options)}; or add {folder}/{name}.yaml to a root (`--root DIR` or "
+            "LAUNCHER_CONFIG_ROOTS=DIR adds DIR).",
     )
+
+
+def _by_root(group: str) -> str:
+    """`from ROOT: a, b; from ROOT2: c`, over every config root, so a missing root is visible."""
+    return "; ".join(f"from {root}: {', '.join(in_root(root, group)) or '(none)'}" for root in config_roots())
 
 
 def _generic(exc: Exception) -> Finding:

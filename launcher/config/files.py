@@ -17,13 +17,16 @@ from launcher.paths import GROUP_DIRS, config_roots
 PACKAGE_OF_GROUP = {"recipe": "_global_", "cluster": "cluster", "model": "model"}
 
 
+def in_root(root: Path, group: str) -> dict[str, Path]:
+    """Config name -> file for one group in one config root."""
+    return {path.stem: path for path in sorted((root / GROUP_DIRS[group]).glob("*.yaml"))}
+
+
 def available(group: str) -> dict[str, Path]:
-    """Config name -> file for one group, over every config root."""
+    """Config name -> file for one group, over every config root (a later root wins a clash)."""
     found: dict[str, Path] = {}
     for root in config_roots():
-        folder = root / GROUP_DIRS[group]
-        for path in sorted(folder.glob("*.yaml")):
-            found[path.stem] = path
+        found.update(in_root(root, group))
     return found
 
 

@@ -16,9 +16,11 @@ argument instead (`secret_worker_env()`, read by orchestrate/groups.py), which R
 memory and never logs, and which works on every node of a remote cluster (a file would not).
 """
 import contextlib
+import importlib.util
 import logging
 import os
 import sys
+from pathlib import Path
 
 from launcher.driver.ray_processes import interruptible_start, reap_dead_sessions, record_session
 
@@ -74,25 +76,44 @@ def _embedded_resources(cluster_cfg) -> dict[str, float]:
     return resources
 
 
-# What a shipped working_dir leaves out (gitignore-style, relative to the repository root), besides
-# what .gitignore lists (Ray honours it too): run dirs, venvs, git history, wheels, weights.
+# What shipped code leaves out (gitignore-style, relative to the shipped folder), besides what
+# .gitignore lists (Ray honours it too): run dirs, venvs, git history, wheels, weights.
 CODE_EXCLUDES = ["runs/", ".venv/", ".venv-*/", ".git/", ".whl/", ".pkgs/", "*.whl", "__pycache__/",
                  ".pytest_cache/", ".ruff_cache/", "wandb/", "outputs/", "multirun/", "*.safetensors", "*.pt",
                  "*.bin"]
+CODE_PACKAGES = ("launcher", "model")
+"""The packages a wheel install ships (launcher's folder carries _shipped/: recipes, clusters, sample data)."""
 # Set by Ray's job supervisor in a job's driver: the job's runtime_env (its working_dir) already applies.
 _RAY_JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
+def package_folder(name: str) -> Path:
+    """The folder an importable package is imported from, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"{name} is not an importable package here")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
 def shipped_code(cluster_cfg) -> dict:
-    """runtime_env fields that ship this repository to every node of a Ray cluster (cluster.ship_code),
-    so a worker on another host imports the driver's code and reads the recipe's relative files.
-    Empty for the embedded Ray (same machine), with ship_code=false, and inside a Ray job (`submit`),
-    whose own working_dir already is this code: Ray refuses a driver's second working_dir."""
-    from launcher.paths import PROJECT_ROOT
+    """runtime_env fields that ship this launcher to every node of a Ray cluster (cluster.ship_code),
+    so a worker on another host imports the driver's code and finds the shipped recipes' files.
+    From a checkout (an editable install): the repository as the working_dir, so the workers run in
+    its copy and its relative files (data/...) resolve there. From a wheel install, whose package sits
+    in site-packages: the installed `launcher` and `model` packages as py_modules (the launcher's
+    carries the shipped data in _shipped/, which launcher.paths finds on the worker too), never
+    site-packages as a whole. Empty for the embedded Ray (same machine), with ship_code=false, and
+    inside a Ray job (`submit`), whose own runtime_env already ships this code: Ray refuses a
+    driver's second working_dir."""
+    from launcher.paths import PACKAGE_DIR, checkout_root
 
     if cluster_cfg.ray_address is None or not cluster_cfg.ship_code or _RAY_JOB_CONFIG_VAR in os.environ:
         return {}
-    return {"working_dir": str(PROJECT_ROOT), "excludes": list(CODE_EXCLUDES)}
+    checkout = checkout_root()
+    if checkout is not None:
+        return {"working_dir": str(checkout), "excludes": list(CODE_EXCLUDES)}
+    folders = [PACKAGE_DIR if name == "launcher" else package_folder(name) for name in CODE_PACKAGES]
+    return {"py_modules": [str(f) for f in folders], "excludes": list(CODE_EXCLUDES)}
 
 
 @contextlib.contextmanager

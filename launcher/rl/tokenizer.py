@@ -272,7 +272,7 @@ def _mtime(file: Path) -> float | None:
 
 def tokenizer_folder(model_cfg) -> tuple[str, Path] | None:
     """(config key, folder) of the model's tokenizer: model.tokenizer_path (a relative path is
-    taken from the working directory, else the project root, as data files are), else
+    looked up as data files are: launcher.paths.resolve_data_path), else
     model.hf_path; None for the character tokenizer."""
     if model_cfg.tokenizer_path:
         return "model.tokenizer_path", resolve_data_path(model_cfg.tokenizer_path)

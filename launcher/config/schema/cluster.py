@@ -55,8 +55,10 @@ class ClusterConfig:
     With token auth (RAY_AUTH_MODE=token) Ray's client sends the token from RAY_AUTH_TOKEN,
     RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token."""
     ship_code: bool = True
-    """On a Ray cluster (ray_address set, and for `submit`'s jobs), upload this repository (code,
-    recipes, data/) to every node as Ray's runtime_env working_dir, without runs/, .venv*, .git, .whl,
-    .pkgs, weight files (*.safetensors, *.pt, *.bin) and what .gitignore lists; Ray caches it per content
-    and refuses a package over its gRPC message size (512 MiB). false: every node has the project
-    installed at the same version and the same paths."""
+    """On a Ray cluster (ray_address set, and for `submit`'s jobs), upload the launcher to every node:
+    from a checkout, this repository (code, recipes, data/) as Ray's runtime_env working_dir, without
+    runs/, .venv*, .git, .whl, .pkgs, weight files (*.safetensors, *.pt, *.bin) and what .gitignore
+    lists; from a wheel install, the installed `launcher` (with its shipped recipes and data) and
+    `model` packages as runtime_env py_modules. Ray caches it per content and refuses a package over
+    its gRPC message size (512 MiB). false: every node has the project installed at the same version
+    and the same paths."""

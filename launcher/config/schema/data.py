@@ -16,7 +16,9 @@ class DataConfig:
     a 1.8M-row file costs no per-row Python objects. Accepted layouts: plain columns
     (openai/gsm8k: question / answer), verl's (prompt = list of chat messages,
     reward_model.ground_truth, data_source, extra_info) and SkyRL's (reward_spec.ground_truth);
-    data_source and extra_info columns, when present, reach a custom data.reward_fn."""
+    data_source and extra_info columns, when present, reach a custom data.reward_fn. A relative
+    path is looked up in the current folder, then each LAUNCHER_CONFIG_ROOTS folder (last first),
+    then the launcher's shipped data (the `data/...` files the shipped recipes name)."""
     val_path: Optional[str] = None
     """Optional held-out file, same format as train_path."""
     prompt_key: str = "prompt"

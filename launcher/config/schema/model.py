@@ -102,9 +102,10 @@ class ModelConfig:
     tokenizer_path: Optional[str] = None
     """HF tokenizer folder (tokenizer.json or tokenizer_config.json; its generation_config.json,
     when present, lists the ids that end a response); null = model.hf_path's tokenizer, or with
-    no checkpoint the built-in character tokenizer. A relative path is taken from the working
-    directory, else the project root. Lets a random-init model read chat-templated prompts
-    (the default recipe: data/tiny_tokenizer); its vocabulary must fit model.arch.vocab_size."""
+    no checkpoint the built-in character tokenizer. A relative path is looked up as data.train_path's
+    is (the current folder, each LAUNCHER_CONFIG_ROOTS folder, the launcher's shipped data). Lets a
+    random-init model read chat-templated prompts (the default recipe: data/tiny_tokenizer); its
+    vocabulary must fit model.arch.vocab_size."""
     arch: ArchConfig = field(default_factory=ArchConfig)
     """Architecture fields (HF config names); every model fact a rule needs comes from here. With
     hf_path set they are the checkpoint's, and a descriptor may leave `arch` out."""

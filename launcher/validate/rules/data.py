@@ -1,12 +1,13 @@
 """Data rules: the task is registered, its files exist and have a readable format, a custom
 reward's module is there, the named columns exist with usable types (read from the parquet
 schema or the first JSON rows), and a checkpoint meant to chat has a chat template."""
+import importlib.util
 import json
 from pathlib import Path
 
 from launcher.config import data_columns
 from launcher.config.schema.choices import ChatTemplate
-from launcher.paths import resolve_data_path
+from launcher.paths import DATA_RULE, data_path_candidates, resolve_data_path
 from launcher.validate.registry import error, rule, warning
 
 FORMATS = (".jsonl", ".json", ".parquet")
@@ -45,9 +46,10 @@ def files_exist(cfg, plan):
             yield error(key, f"{key}={path} is not .jsonl, .json or .parquet",
                         "Data is read as JSON lines or a parquet table.", "Convert the file or point at one of those.")
         elif not resolved.is_file():
-            yield error(key, f"{key}={path} does not exist (looked at {resolved})",
+            looked = ", ".join(str(c.absolute()) for c in data_path_candidates(path))
+            yield error(key, f"{key}={path} does not exist (looked at {looked})",
                         "The run would fail when the first batch is read.",
-                        "Fix the path (relative paths resolve from the current folder, then the project root).")
+                        f"Fix the path: {DATA_RULE}; an absolute path is taken as it is.")
 
 
 @rule("DATA003")
@@ -97,6 +99,12 @@ def columns_usable(cfg, plan):
     for file_key, path in (("data.train_path", d.train_path), ("data.val_path", d.val_path)):
         if path is None or resolve_data_path(path).suffix not in FORMATS or not resolve_data_path(path).is_file():
             continue  # DATA002's finding
+        if resolve_data_path(path).suffix == ".parquet" and importlib.util.find_spec("pyarrow") is None:
+            yield warning(file_key, f"{file_key}={path}: its columns are not checked (pyarrow is not installed)",
+                          "A parquet file's columns are read from its schema with pyarrow; without it a missing or "
+                          "mistyped data.prompt_key / data.answer_key shows only when the run loads the file.",
+                          "Install pyarrow beside the launcher (the `rl` extra has it) to check them here.")
+            continue
         columns = data_columns.file_columns(resolve_data_path(path))
         if columns is None:
             continue

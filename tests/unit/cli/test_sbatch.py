@@ -5,11 +5,15 @@ import subprocess
 from launcher.__main__ import main
 
 
-def test_script_starts_ray_on_every_node_runs_and_stops_it(tmp_path, capsys):
+def test_script_starts_ray_on_every_node_runs_and_stops_it(tmp_path, capsys, monkeypatch):
+    here = tmp_path / "our repo"  # where sbatch is called: the run's relative data paths resolve from it
+    here.mkdir()
+    monkeypatch.chdir(here)
     assert main(["sbatch", "recipe=dapo_sync", "cluster=b300x3", "inference.engines=3",
                  f"run.output_dir={tmp_path}"]) == 0
     script = tmp_path / "dapo_sync" / "sbatch.sh"
     text = script.read_text()
+    assert f"\ncd '{here}'\n" in text  # quoted: the folder's name has a space
     assert str(script) in capsys.readouterr().out
     assert "#SBATCH --nodes=3" in text and "#SBATCH --gpus-per-node=8" in text
     assert text.count("--num-gpus=8") == 2  # the head and each worker declare the cluster file's GPUs

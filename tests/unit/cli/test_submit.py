@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from launcher import paths
 from launcher.__main__ import main
 from launcher.cli.jobs import job_rows
 from launcher.cli.submit import dashboard_url, job_overrides
@@ -28,12 +29,38 @@ def test_dashboard_url_derives_host_or_takes_the_key(ray_address, dashboard, url
 def test_code_is_shipped_to_a_remote_cluster_only(monkeypatch):
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
     shipped = shipped_code(ClusterConfig(ray_address="10.1.2.3:6379"))
-    assert shipped["working_dir"] == str(PROJECT_ROOT)
+    assert paths.checkout_root() == PROJECT_ROOT  # the tests run in the checkout (an editable install)
+    assert shipped["working_dir"] == str(PROJECT_ROOT) and "py_modules" not in shipped
     assert {"runs/", ".venv/", ".venv-*/", ".git/", "*.whl", ".pkgs/"} <= set(shipped["excludes"])
     assert shipped_code(ClusterConfig()) == {}, "the embedded Ray runs on this machine, in this checkout"
     assert shipped_code(ClusterConfig(ray_address="10.1.2.3:6379", ship_code=False)) == {}
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")  # a job's driver: the job shipped the code already
     assert shipped_code(ClusterConfig(ray_address="10.1.2.3:6379")) == {}
+
+
+def test_a_wheel_install_ships_its_packages_not_site_packages(monkeypatch, tmp_path):
+    """Installed from a wheel, the folder above the package is site-packages: the launcher and model
+    packages go as py_modules (launcher's folder carries _shipped/). The real wheel's zips:
+    tests/integration/test_install.py."""
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    site = tmp_path / "site-packages"
+    (site / "launcher" / "_shipped" / "recipes").mkdir(parents=True)
+    monkeypatch.setattr(paths, "_PACKAGE", site / "launcher")
+    monkeypatch.setattr(paths, "PROJECT_ROOT", site)
+    monkeypatch.setattr(paths, "PACKAGE_DIR", site / "launcher")
+    assert paths.checkout_root() is None
+    shipped = shipped_code(ClusterConfig(ray_address="10.1.2.3:6379"))
+    assert "working_dir" not in shipped
+    assert shipped["py_modules"] == [str(site / "launcher"), str(PROJECT_ROOT / "model")]
+    assert "__pycache__/" in shipped["excludes"] and "*.safetensors" in shipped["excludes"]
+
+
+def test_a_folder_without_pyproject_above_the_package_is_no_checkout(monkeypatch, tmp_path):
+    """A wheel whose _shipped/ went missing still never ships the folder above it (site-packages)."""
+    (tmp_path / "launcher").mkdir()
+    monkeypatch.setattr(paths, "_PACKAGE", tmp_path / "launcher")
+    monkeypatch.setattr(paths, "PROJECT_ROOT", tmp_path)
+    assert paths.checkout_root() is None
 
 
 def test_job_overrides_pin_an_absolute_run_dir_per_sweep_point(tmp_path, monkeypatch):
