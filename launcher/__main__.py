@@ -6,11 +6,12 @@ Composition, validation and planning never import torch, ray, vllm or megatron, 
 import sys
 
 from launcher.cli.args import Args, UsageError, parse_args
-from launcher.cli.commands import EXIT_CONFIG, cmd_plan, cmd_run, cmd_validate
+from launcher.cli.commands import cmd_plan, cmd_run, cmd_validate
 from launcher.cli.help import help_text, version_text
 from launcher.config.compose import compose
 from launcher.driver.rundir import resolved_yaml
 from launcher.errors import ConfigError
+from launcher.exit_codes import ExitCode
 from launcher.paths import add_root
 from launcher.validate.report import findings_json, findings_text
 
@@ -18,10 +19,10 @@ from launcher.validate.report import findings_json, findings_text
 def _dispatch(args: Args) -> int:
     if args.version:
         sys.stdout.write(version_text())
-        return 0
+        return ExitCode.OK
     if args.help is not None:
         sys.stdout.write(help_text(args.help))
-        return 0
+        return ExitCode.OK
     for root in args.roots:
         add_root(root)
     if args.command == "submit":  # with or without -m: each point becomes a Ray job
@@ -53,7 +54,7 @@ def _dispatch(args: Args) -> int:
     composed = compose(args.overrides)
     if args.cfg is not None:
         sys.stdout.write(resolved_yaml(composed))
-        return 0
+        return ExitCode.OK
     if args.command == "plan":
         return cmd_plan(composed, args.format, args.keep)
     if args.command == "sbatch":
@@ -69,21 +70,21 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
     except UsageError as err:
         sys.stderr.write(f"usage error: {err}\n")
-        return EXIT_CONFIG
+        return ExitCode.CONFIG
     try:
         return _dispatch(args)
     except UsageError as err:
         sys.stderr.write(f"usage error: {err}\n")
-        return EXIT_CONFIG
+        return ExitCode.CONFIG
     except ConfigError as err:
         if args.format == "json":
             sys.stdout.write(findings_json(err.findings, None) + "\n")
         else:
             sys.stderr.write(findings_text(err.findings, "config error: "))
-        return EXIT_CONFIG
+        return ExitCode.CONFIG
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@ from launcher.config.compose import Composed, compose
 from launcher.config.files import available, in_root
 from launcher.driver.rundir import RunDirLock, RunDirLocked, resolved_yaml, run_dir_of, write_run_files
 from launcher.errors import ConfigError, Finding
+from launcher.exit_codes import ExitCode
 from launcher.validate import plan_and_check
 from launcher.validate.report import findings_json, findings_text
-
-EXIT_OK, EXIT_INVALID, EXIT_CONFIG = 0, 1, 2
 
 
 def _has_error(findings: list[Finding]) -> bool:
@@ -28,8 +27,8 @@ def cmd_validate(overrides: list[str], fmt: str, all_recipes: bool, roots: list[
     points = [[f"recipe={r}"] + overrides for r in _all_recipes(roots)] if all_recipes else [overrides]
     if not points:  # a --root without recipes/ (a commit that touched only its clusters)
         sys.stdout.write("[]\n" if fmt == "json" else f"no recipes in {', '.join(roots)}: nothing to validate\n")
-        return EXIT_OK
-    worst, outputs = EXIT_OK, []
+        return ExitCode.OK
+    worst, outputs = ExitCode.OK, []
     for point in points:
         code, text = _validate_one(point, fmt)
         worst = max(worst, code)
@@ -47,10 +46,10 @@ def _validate_one(point: list[str], fmt: str) -> tuple[int, str]:
         composed = compose(point)
     except ConfigError as err:
         text = findings_json(err.findings, None) if fmt == "json" else findings_text(err.findings, f"{label}: ")
-        return EXIT_CONFIG, text
+        return ExitCode.CONFIG, text
     findings, plan = plan_and_check(composed)
     plan_dict = plan.to_dict() if plan.mesh_ok else None
-    code = EXIT_INVALID if _has_error(findings) else EXIT_OK
+    code = ExitCode.REFUSED if _has_error(findings) else ExitCode.OK
     if fmt == "json":
         return code, findings_json(findings, plan_dict)
     return code, findings_text(findings, f"{label} [{composed.choices['recipe']} on {composed.choices['cluster']}]: ")
@@ -70,26 +69,26 @@ def cmd_plan(composed: Composed, fmt: str, keep: list[str]) -> int:
         sys.stdout.write(plan_tables(plan) + "\n")
         sys.stdout.write(findings_text(findings, "validation: "))
     if _has_error(findings):
-        return EXIT_INVALID
+        return ExitCode.REFUSED
     lock = take_run_dir_lock(run_dir_of(composed))
     if lock is None:
-        return EXIT_INVALID
+        return ExitCode.REFUSED
     with lock:
         run_dir = write_run_files(composed, plan.to_dict())
     sys.stderr.write(f"wrote {Path(run_dir) / 'config.yaml'}, overrides.yaml, plan.json\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_run(composed: Composed) -> int:
     findings, plan = plan_and_check(composed)
     if _has_error(findings):
         sys.stderr.write(findings_text(findings, "refusing to start: "))
-        return EXIT_INVALID
+        return ExitCode.REFUSED
     if findings:
         sys.stderr.write(findings_text(findings, "starting with "))
     lock = take_run_dir_lock(run_dir_of(composed))  # before Ray is even imported: a refusal is instant
     if lock is None:
-        return EXIT_INVALID
+        return ExitCode.REFUSED
     with lock:
         from launcher.driver.launch import launch
 

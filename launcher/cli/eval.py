@@ -17,8 +17,7 @@ import traceback
 from pathlib import Path
 
 from launcher.cli.args import UsageError
-
-EXIT_FAILED = 3
+from launcher.exit_codes import ExitCode
 
 
 class EvalError(RuntimeError):
@@ -36,11 +35,11 @@ def cmd_eval(tokens: list[str], fmt: str) -> int:
         return evaluate_checkpoint(Path(paths[0]).resolve(), tokens[1:], fmt)
     except (EvalError, EvalConfigError) as err:
         sys.stderr.write(f"eval: {err}\n")
-        return 2
+        return ExitCode.CONFIG
     except Exception:  # noqa: BLE001 - a backend failure: its traceback, after Ray is gone
         traceback.print_exc()
         sys.stderr.write("eval failed (traceback above)\n")
-        return EXIT_FAILED
+        return ExitCode.RUN_FAILED
 
 
 def _run_overrides(checkpoint: Path) -> list[str]:
@@ -68,7 +67,7 @@ def evaluate_checkpoint(checkpoint: Path, extra: list[str], fmt: str) -> int:
     findings, plan = plan_and_check(composed)
     if any(f.severity == "error" for f in findings):
         sys.stderr.write(findings_text(findings, "refusing to evaluate: "))
-        return 1
+        return ExitCode.REFUSED
     cfg = composed.config
     state = load_driver_state(checkpoint)
     tokenizer = make_tokenizer(cfg.model)
@@ -78,13 +77,13 @@ def evaluate_checkpoint(checkpoint: Path, extra: list[str], fmt: str) -> int:
     row = _score_on_ray(cfg, plan, checkpoint, state, evaluator, scorer, tokenizer)
     if fmt == "json":
         sys.stdout.write(json.dumps({"checkpoint": str(checkpoint), "source": evaluator.set.source, **row}) + "\n")
-        return 0
+        return ExitCode.OK
     sys.stdout.write(f"eval of {checkpoint} (step {state.step}, policy version {state.policy_version}) on "
                      f"{evaluator.set.source}:\n")
     width = max(len(k) for k in row)
     for key, value in row.items():
         sys.stdout.write(f"  {key:<{width}}  {value:.4f}\n" if isinstance(value, float) else f"  {key:<{width}}  {value}\n")
-    return 0
+    return ExitCode.OK
 
 
 def _score_on_ray(cfg, plan, checkpoint: Path, state, evaluator, scorer, tokenizer) -> dict:

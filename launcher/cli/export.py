@@ -3,8 +3,7 @@ import sys
 import traceback
 
 from launcher.cli.args import UsageError
-
-EXIT_FAILED = 3
+from launcher.exit_codes import ExitCode
 
 
 def cmd_export(tokens: list[str], adapter: bool) -> int:
@@ -18,8 +17,8 @@ def cmd_export(tokens: list[str], adapter: bool) -> int:
         return export(paths[0], paths[1], adapter, tokens[2:])
     except ExportError as err:
         sys.stderr.write(f"export: {err}\n")
-        return 2
+        return ExitCode.CONFIG
     except Exception:  # noqa: BLE001 - a backend failure: its traceback, after Ray and the partial folder are gone
         traceback.print_exc()
         sys.stderr.write("export failed (traceback above); nothing was written\n")
-        return EXIT_FAILED
+        return ExitCode.RUN_FAILED

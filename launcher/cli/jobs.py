@@ -8,6 +8,7 @@ from pathlib import Path
 from launcher.cli.args import UsageError
 from launcher.cli.submit import SUMMARY_NAME, job_client
 from launcher.config.compose import compose
+from launcher.exit_codes import ExitCode
 
 
 def summary_records(output_dir: Path) -> list[dict]:
@@ -46,11 +47,11 @@ def cmd_jobs(overrides: list[str], fmt: str) -> int:
     rows = job_rows(summary_records(output_dir))
     if fmt == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return 0
+        return ExitCode.OK
     if not rows:
         sys.stdout.write(f"no submitted jobs under {output_dir.resolve()} (python -m launcher submit ...)\n")
     for row in rows:
         where = row["run_dir"] or row["reason"]
         sys.stdout.write(f"{row['submitted']}  {row['job_id'] or '-':<30} {row['state']:<28} {where}\n"
                          f"    {' '.join(row['overrides']) or '(defaults)'}\n")
-    return 0
+    return ExitCode.OK

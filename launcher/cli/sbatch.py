@@ -9,10 +9,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from launcher.cli.commands import EXIT_INVALID, EXIT_OK, take_run_dir_lock
+from launcher.cli.commands import take_run_dir_lock
 from launcher.cli.submit import refuse_secret_overrides
 from launcher.config.compose import Composed
 from launcher.driver.rundir import run_dir_of, write_run_files
+from launcher.exit_codes import ExitCode
 from launcher.validate import plan_and_check
 from launcher.validate.report import findings_text
 
@@ -89,16 +90,16 @@ def cmd_sbatch(composed: Composed) -> int:
     findings, plan = plan_and_check(composed)
     if any(f.severity == "error" for f in findings):
         sys.stderr.write(findings_text(findings, "refusing to write the batch script: "))
-        return EXIT_INVALID
+        return ExitCode.REFUSED
     if findings:
         sys.stderr.write(findings_text(findings, "validation: "))
     run_dir = Path(os.path.abspath(run_dir_of(composed)))
     lock = take_run_dir_lock(run_dir)
     if lock is None:
-        return EXIT_INVALID
+        return ExitCode.REFUSED
     with lock:
         write_run_files(composed, plan.to_dict())
         script = run_dir / "sbatch.sh"
         script.write_text(sbatch_script(composed, run_dir))
     sys.stdout.write(f"wrote {script}: `sbatch {script}` runs it on {composed.config.cluster.nodes} node(s)\n")
-    return EXIT_OK
+    return ExitCode.OK

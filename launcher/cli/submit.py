@@ -3,8 +3,8 @@
 (ray.job_submission.JobSubmissionClient, through the dashboard at cluster.dashboard_address) whose
 entrypoint is `python -m launcher run <the point's overrides>`, with this launcher shipped through the
 job's runtime_env (cluster.ship_code: a checkout as the job's working_dir, a wheel install's packages
-as py_modules), so the cluster needs only the venv. Illegal points are listed and never submitted; a point whose run directory a live run
-holds (RunDirLock) is refused before submission. Each point's run directory, job id and log
+as py_modules), so the cluster needs only the venv. Illegal points are listed and never submitted;
+a point whose run directory a live run holds (RunDirLock) is refused before submission. Each point's run directory, job id and log
 command are printed and appended to `<run.output_dir>/<run.name>/jobs.json`, which `jobs` reads.
 """
 import datetime
@@ -17,11 +17,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from launcher.cli.args import Args, UsageError
-from launcher.cli.commands import EXIT_INVALID, EXIT_OK, take_run_dir_lock
+from launcher.cli.commands import take_run_dir_lock
 from launcher.cli.sweep import _summary, evaluate, expand
 from launcher.config.compose_points import PointComposer
 from launcher.driver.rundir import run_dir_of
 from launcher.errors import ConfigError
+from launcher.exit_codes import ExitCode
 from launcher.secrets import mask_override
 from launcher.validate import check
 from launcher.validate.report import findings_text
@@ -162,7 +163,7 @@ def cmd_submit(args: Args) -> int:
     sys.stdout.write(_summary([p for p, _, _ in results]))
     legal = [(p, c) for p, c, _ in results if c is not None]
     if not legal:
-        return EXIT_INVALID
+        return ExitCode.REFUSED
     _print_warnings([(c, plan) for _, c, plan in results if c is not None])
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     records = [{"index": p.index, "overrides": p.overrides, "status": p.status, "reason": p.first_error,
@@ -175,4 +176,4 @@ def cmd_submit(args: Args) -> int:
     finally:  # the jobs already sent (and the refused points) stay listed even when a submission fails
         _write_summary(summary, records)
     sys.stdout.write(f"wrote {summary}; `python -m launcher jobs` shows their state\n")
-    return EXIT_INVALID if any(r["status"] == "locked" for r in records) else EXIT_OK
+    return ExitCode.REFUSED if any(r["status"] == "locked" for r in records) else ExitCode.OK

@@ -14,10 +14,11 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from launcher.cli.args import Args, UsageError
-from launcher.cli.commands import EXIT_INVALID, EXIT_OK, take_run_dir_lock
+from launcher.cli.commands import take_run_dir_lock
 from launcher.config.compose_points import PointComposer
 from launcher.driver.rundir import run_dir_of, write_run_files
 from launcher.errors import ConfigError
+from launcher.exit_codes import ExitCode
 from launcher.validate import plan_and_check
 
 
@@ -95,10 +96,10 @@ def cmd_sweep(args: Args) -> int:
         for p, composed, plan in legal:  # one lock per point, held for that point's run only
             lock = take_run_dir_lock(run_dir_of(composed, f"sweep/{p.index}"))
             if lock is None:
-                return EXIT_INVALID
+                return ExitCode.REFUSED
             with lock:
                 run_dir = write_run_files(composed, plan.to_dict(), suffix=f"sweep/{p.index}")
-                if launch(composed, plan, run_dir) != EXIT_OK:
-                    return EXIT_INVALID
+                if launch(composed, plan, run_dir) != ExitCode.OK:
+                    return ExitCode.REFUSED
     locked = any(p.status == "locked" for p in points)
-    return EXIT_OK if legal and not locked else EXIT_INVALID
+    return ExitCode.OK if legal and not locked else ExitCode.REFUSED

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from launcher.exit_codes import ExitCode
 from launcher.plan.sync import BUCKET_BYTES
 
 RUN_FILES = "overrides.yaml"
@@ -136,7 +137,7 @@ def export(checkpoint: str, out: str, adapter: bool, extra: list[str]) -> int:
     findings, plan = plan_and_check(composed)
     if any(f.severity == "error" for f in findings):
         sys.stderr.write(findings_text(findings, "refusing to export: "))
-        return 1
+        return ExitCode.REFUSED
     staging = out_dir.parent / f".{out_dir.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -149,4 +150,4 @@ def export(checkpoint: str, out: str, adapter: bool, extra: list[str]) -> int:
         shutil.rmtree(staging, ignore_errors=True)
     what = "PEFT adapter" if adapter else "model (LoRA merged)" if composed.config.trainer.lora.rank else "model"
     sys.stdout.write(f"exported {what}: {count} tensors from {checkpoint_dir} to {out_dir}\n")
-    return 0
+    return ExitCode.OK

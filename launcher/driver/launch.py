@@ -23,8 +23,8 @@ from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
 from launcher.driver.placement import Placement, PlacementError
 from launcher.driver.ray_processes import RayStartInterrupted
 from launcher.driver.startup import Startup
+from launcher.exit_codes import ExitCode
 
-EXIT_OK, EXIT_REFUSED, EXIT_RUN_FAILED, EXIT_INTERRUPTED = 0, 1, 3, 130
 PLACEMENT_TIMEOUT_S = 120.0
 
 
@@ -206,21 +206,21 @@ def launch(composed, plan, run_dir) -> int:
             resume_from = resolve_resume(config.run.resume, ckpt)
             if resume_from is not None and load_driver_state(resume_from).step >= config.run.steps:
                 sys.stdout.write(_already_complete(config, run_dir, resume_from))
-                return EXIT_OK
+                return ExitCode.OK
             last = _run(composed, plan, run_dir, ckpt, resume_from)
         except DataRefused as err:  # before Ray started: a user error, no traceback
             sys.stderr.write(f"refusing to start: {err}\n(found before Ray started; nothing was run)\n")
-            return EXIT_REFUSED
+            return ExitCode.REFUSED
         except KeyboardInterrupt as err:
             what = err.args[0] if isinstance(err, RayStartInterrupted) else "interrupted; Ray stopped"
             sys.stderr.write(f"{what}. Last checkpoint: {ckpt.latest() or 'none'}\n")
-            return EXIT_INTERRUPTED
+            return ExitCode.INTERRUPTED
         except (ActorDiedError, CheckpointError, PlacementError, RewardFnError) as err:  # expected failures: no traceback
             sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
-            return EXIT_RUN_FAILED
+            return ExitCode.RUN_FAILED
         except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown
             traceback.print_exc()
             sys.stderr.write(f"run failed (traceback above). Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
-            return EXIT_RUN_FAILED
+            return ExitCode.RUN_FAILED
     sys.stdout.write(f"done: {config.run.steps} steps in {run_dir}; last checkpoint {last}\n")
-    return EXIT_OK
+    return ExitCode.OK

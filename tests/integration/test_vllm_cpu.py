@@ -23,6 +23,8 @@ import sys
 
 import pytest
 
+from launcher.exit_codes import ExitCode
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(sys.version_info[:2] != (3, 11) or importlib.util.find_spec("vllm") is None,
@@ -76,11 +78,11 @@ def probes(monkeypatch):
 
 def _launch(tmp_path, *overrides) -> list[dict]:
     from launcher.config.compose import compose
-    from launcher.driver.launch import EXIT_OK, launch
+    from launcher.driver.launch import launch
     from launcher.plan import make_plan
 
     composed = compose(["recipe=tiny_qwen3_vllm", *overrides])
-    assert launch(composed, make_plan(composed.config), tmp_path) == EXIT_OK
+    assert launch(composed, make_plan(composed.config), tmp_path) == ExitCode.OK
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if "startup" not in r]
 

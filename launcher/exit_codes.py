@@ -1,0 +1,17 @@
+"""The launcher's exit codes, written once (README's Commands section lists them): every
+command returns one of these, so a script or a scheduler can tell a refused config from a
+run that failed after it started."""
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    """Done."""
+    REFUSED = 1
+    """Checks found errors (validate, or a run refused before anything started)."""
+    CONFIG = 2
+    """The config or the command line cannot be composed or read (a typo, a missing file)."""
+    RUN_FAILED = 3
+    """The run, export or evaluation failed after it started."""
+    INTERRUPTED = 130
+    """Ctrl-C (SIGINT), as a shell reports it."""
