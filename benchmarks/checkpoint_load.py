@@ -47,7 +47,7 @@ def checkpoint_overrides(args) -> dict:
 
 def build_checkpoint(args) -> Path:
     """The checkpoint folder, written unless one with the same sizes is already there."""
-    from model.tiny_checkpoint import write_tiny_checkpoint
+    from launcher.workers.hf.tiny_checkpoint import write_tiny_checkpoint
 
     folder = Path(args.out_dir) / "ckpt"
     stamp = folder / "bench_sizes.json"

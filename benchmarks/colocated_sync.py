@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.harness.megatron_setup import DOMAIN_LORA_TARGETS, init_distributed
+from benchmarks.harness.parity import kl_and_dlogp
 from benchmarks.megatron_throughput import emit, lora_overrides
 from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
@@ -29,7 +30,6 @@ from launcher.workers.hf.engine import HfEngine
 from launcher.workers.megatron.trainer import MegatronTrainer
 from launcher.workers.stream import sync_in_process
 from model.megatron import full_logits, pack_lengths
-from model.megatron.parity import kl_and_dlogp
 
 TARGETS = [t for t in DOMAIN_LORA_TARGETS if t not in ("linear_fc1", "linear_fc2")]
 """Attention projections only: the hf engine's peft model has no routed-expert adapters

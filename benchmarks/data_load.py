@@ -99,7 +99,7 @@ def main() -> None:
     ckpt = args.out_dir / "tiny_checkpoint"
     if not (ckpt / "tokenizer.json").exists():
         sys.path.insert(0, str(ROOT))
-        from model.tiny_checkpoint import build_tokenizer
+        from launcher.workers.hf.tiny_checkpoint import build_tokenizer
 
         ckpt.mkdir(exist_ok=True)
         build_tokenizer(ckpt)

@@ -155,7 +155,7 @@ def write_checkpoint(out: Path, profile: str) -> Path:
     """A real-format checkpoint (save_pretrained shards + index, tokenizer, generation config), built on the GPU."""
     import torch
 
-    from model.tiny_checkpoint import write_tiny_checkpoint
+    from launcher.workers.hf.tiny_checkpoint import write_tiny_checkpoint
 
     t0 = time.time()
     folder = write_tiny_checkpoint(out, DESCRIPTOR[profile], shards=10, dtype="bfloat16",

@@ -30,6 +30,7 @@ from benchmarks.harness.megatron_setup import (
     init_distributed,
     megatron_from_hf_model,
 )
+from benchmarks.harness.parity import cosine, kl_and_dlogp
 from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, lora_overrides, meg_loss, timed
 from launcher.config.compose import compose
 from launcher.plan import make_plan
@@ -37,7 +38,6 @@ from launcher.search.cost import estimate_step
 from model.megatron import full_logits, pack_lengths
 from model.megatron.lora import apply_lora
 from model.megatron.optim import sum_grads_without_ddp, train_step, wrap_for_training
-from model.megatron.parity import cosine, kl_and_dlogp
 from model.megatron.shards import gather_full, shard_of
 from model.megatron.spec import ModelSpec
 

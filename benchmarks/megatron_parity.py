@@ -11,7 +11,7 @@ runs them packed), argmax agreement, routing agreement (tokens whose top-k exper
 the reference's) with the random router and with routers sharpened to a median top-k margin
 (`--router-margin`), and the LoRA B-gradient cosine (lora_B = 0, so dL/dB = s G A^T, from
 each column's own full-weight gradient G) against the fp32 expectation. The criterion
-(model/megatron/parity.py): Megatron's KL <= 1.1 x HF-bf16's, single and packed, and its
+(benchmarks/harness/parity.py): Megatron's KL <= 1.1 x HF-bf16's, single and packed, and its
 LoRA cosine (all adapters together) >= HF-bf16's.
 
 Router margin: at random init the k-th and (k+1)-th router logits of the 4-layer slice
@@ -50,13 +50,7 @@ from benchmarks.harness.megatron_setup import (
     megatron_from_hf_model,
     perturb_for_signal,
 )
-from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, emit, hf_loss, log, meg_loss
-from launcher.config.compose import compose
-from launcher.workers.hf.model import VISION_PREFIX
-from launcher.workers.hf.names import checkpoint_items, checkpoint_names_of, checkpoint_shapes_of
-from model.megatron import full_logits, pack_lengths
-from model.megatron.lora import apply_lora
-from model.megatron.parity import (
+from benchmarks.harness.parity import (
     KL_SLACK,
     LoraBGrads,
     cosine,
@@ -68,6 +62,12 @@ from model.megatron.parity import (
     routing_agreement,
     topk_margin_T,
 )
+from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, emit, hf_loss, log, meg_loss
+from launcher.config.compose import compose
+from launcher.workers.hf.model import VISION_PREFIX
+from launcher.workers.hf.names import checkpoint_items, checkpoint_names_of, checkpoint_shapes_of
+from model.megatron import full_logits, pack_lengths
+from model.megatron.lora import apply_lora
 from model.megatron.spec import ModelSpec
 from model.names import EXPERTS
 

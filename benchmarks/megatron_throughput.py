@@ -25,11 +25,11 @@ from benchmarks.harness.megatron_setup import (
     megatron_from_hf_model,
     perturb_for_signal,
 )
+from benchmarks.harness.parity import cosine, kl_and_dlogp
 from launcher.config.compose import compose
 from launcher.plan import make_plan
 from model.megatron import full_logits, pack_lengths, token_logprobs
 from model.megatron.lora import apply_lora
-from model.megatron.parity import cosine, kl_and_dlogp
 from model.megatron.spec import ModelSpec
 
 LORA_RANK, LORA_ALPHA = 16, 32.0

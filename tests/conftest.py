@@ -74,7 +74,7 @@ def cli():
 
 def _tiny_checkpoint(tmp_path_factory, descriptor: str) -> Path:
     pytest.importorskip("transformers")
-    from model.tiny_checkpoint import write_tiny_checkpoint
+    from launcher.workers.hf.tiny_checkpoint import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp(f"ckpt_{descriptor}"), descriptor)
 

@@ -14,12 +14,12 @@ import tempfile
 import torch
 import torch.distributed as dist
 
+from benchmarks.harness.parity import kl_and_dlogp
 from launcher.config.compose import compose
 from launcher.workers.hf.model import build_model as build_hf
 from launcher.workers.hf.model import checkpoint_state
 from model.megatron import full_logits, pack_lengths
 from model.megatron.build import build_model, init_parallel
-from model.megatron.parity import kl_and_dlogp
 from model.megatron.spec import ModelSpec
 from model.megatron.weights import load_hf_state
 

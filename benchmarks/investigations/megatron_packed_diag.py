@@ -17,11 +17,11 @@ import argparse
 import torch
 
 from benchmarks.harness.megatron_setup import build_hf_on_gpu, init_distributed, megatron_from_hf_model
+from benchmarks.harness.parity import kl_and_dlogp
 from benchmarks.megatron_throughput import emit
 from launcher.config.compose import compose
 from model.megatron import full_logits, pack_lengths
 from model.megatron.moe import MoE
-from model.megatron.parity import kl_and_dlogp
 
 LENGTHS = [2560, 1024, 512]
 

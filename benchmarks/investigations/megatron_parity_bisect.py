@@ -20,10 +20,10 @@ import model.megatron.mhc as mhc_module
 import model.megatron.mlp as mlp_module
 import model.megatron.moe as moe_module
 from benchmarks.harness.megatron_setup import build_hf_on_gpu, init_distributed, megatron_from_hf_model
+from benchmarks.harness.parity import kl_and_dlogp
 from benchmarks.megatron_throughput import emit, log
 from launcher.config.compose import compose
 from model.megatron import full_logits, pack_lengths
-from model.megatron.parity import kl_and_dlogp
 
 SITES = {"_collapse": mhc_module, "_swiglu": mlp_module, "_combine": moe_module}
 """Each function fused in the forward and the module that calls it by its global name."""

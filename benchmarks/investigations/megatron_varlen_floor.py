@@ -17,9 +17,9 @@ import torch
 
 import model.megatron.kda_ops as kda_ops
 from benchmarks.harness.megatron_setup import build_hf_on_gpu, init_distributed, megatron_from_hf_model
+from benchmarks.harness.parity import kl_and_dlogp
 from launcher.config.compose import compose
 from model.megatron import full_logits, pack_lengths
-from model.megatron.parity import kl_and_dlogp
 
 
 def varlen_kda(q_THK, k_THK, v_THV, g_THK, beta_TH, packed):

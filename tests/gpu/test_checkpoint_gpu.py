@@ -27,8 +27,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
     from launcher.config.compose import compose
+    from launcher.workers.hf.tiny_checkpoint import write_tiny_checkpoint
     from launcher.workers.megatron import MegatronTrainer
-    from model.tiny_checkpoint import write_tiny_checkpoint
 
     folder = write_tiny_checkpoint(tmp_path_factory.mktemp("glm_bf16"), "tiny", dtype="bfloat16")
     cfg = compose(["recipe=tiny_grpo", "trainer.backend=megatron", "model.dtype=bfloat16", f"model.hf_path={folder}",

@@ -59,8 +59,8 @@ def _tiny_trainer(device, lr: float, lora_rank: int = 0, cpu_offload: bool = Fal
 
 def test_tiny_bf16_logits_match_hf_long_and_packed(device):
     from benchmarks.harness.megatron_setup import build_hf_on_gpu, megatron_from_hf_model
+    from benchmarks.harness.parity import kl_and_dlogp
     from model.megatron import full_logits, pack_lengths
-    from model.megatron.parity import kl_and_dlogp
 
     cfg = _tiny_cfg()
     hf = build_hf_on_gpu(cfg.model, seed=0, device=device).eval()

@@ -99,7 +99,7 @@ def _vllm_name(name: str, prefixes, stacked, experts, attrs) -> str | None:
 
 @pytest.fixture(scope="module")
 def streamed(tmp_path_factory):
-    from model.tiny_checkpoint import write_tiny_checkpoint
+    from launcher.workers.hf.tiny_checkpoint import write_tiny_checkpoint
 
     folder = write_tiny_checkpoint(tmp_path_factory.mktemp("glm"))
     index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]

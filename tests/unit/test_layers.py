@@ -99,3 +99,50 @@ def test_the_checks_catch_what_they_guard(tmp_path):
     probe.write_text("from launcher.workers.hf._lora import x\nimport launcher.driver.launch\n")
     assert [t for _, t in _imports(probe)] == ["launcher.workers.hf._lora", "launcher.workers.hf._lora.x",
                                                "launcher.driver.launch"]
+
+
+def test_model_imports_nothing_from_launcher():
+    """model/ (the architecture, its Megatron implementation, the name table) is the bottom layer:
+    the launcher builds on it, never the other way round."""
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}" for path in _python_files("model")
+             for line, target in _imports(path) if target.split(".")[0] == "launcher"]
+    assert not wrong, "\n".join(wrong)
+
+
+def _module_graph(*folders: str) -> dict[str, set[str]]:
+    """module -> the project modules it imports (at any depth of the file, lazy imports included)."""
+    graph: dict[str, set[str]] = {}
+    for path in _python_files(*folders):
+        here = _module_name(path)
+        graph[here] = {t for _, t in _imports(path) if t.split(".")[0] in folders and _exists(t.split("."))
+                       and t != here and not here.startswith(t + ".")}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph`, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    return next((c for node in sorted(graph) if node not in state and (c := visit(node))), None)
+
+
+def test_no_import_cycles_between_modules():
+    assert _cycle(_module_graph("launcher", "model")) is None
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None

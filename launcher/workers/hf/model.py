@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import torch
 
-VISION_PREFIX = "model.visual."
+from launcher.workers.hf.names import VISION_PREFIX, checkpoint_items
+
 # The smallest vision tower HF's Glm5NextVisionModel accepts; it is never trained or used
 # (language_model_only), it only has to exist for the class to build.
 _TINY_VISION = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=16, patch_size=2, image_size=4,
@@ -151,8 +152,6 @@ def language_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def checkpoint_state(model: torch.nn.Module, tensors: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """The language model's tensors (or `tensors` keyed like its state dict, e.g. grads)
     under the checkpoint's on-disk names: what the Megatron loader and engines take."""
-    from launcher.workers.hf.names import checkpoint_items
-
     items = language_items(model) if tensors is None else (
         (k, v) for k, v in tensors.items() if not k.startswith(VISION_PREFIX))
     return {name: tensor.clone() for name, tensor in checkpoint_items(model, items)}

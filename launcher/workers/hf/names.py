@@ -13,6 +13,9 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
+VISION_PREFIX = "model.visual."
+"""In-memory names of the vision tower, which the language model's weights, sync and export leave out."""
+
 
 def _keep_conversion_rules(model) -> None:
     """revert_weight_conversion rebuilds a model's rules (deep copies of the whole mapping,
@@ -126,8 +129,6 @@ class ModelNameAssembler:
 
 def model_state(model, checkpoint_tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A whole checkpoint-named state dict under the model's in-memory names (tests, export checks)."""
-    from launcher.workers.hf.model import VISION_PREFIX
-
     shapes = {k: v.shape for k, v in model.state_dict().items() if not k.startswith(VISION_PREFIX)}
     assembler = ModelNameAssembler(model, shapes)
     out = assembler.add(checkpoint_tensors)

@@ -59,8 +59,8 @@ def _loss_megatron(meg, ids):
 @pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True])
 def test_lora_grads_match_hf_full_weight_grads(shared):
+    from benchmarks.harness.parity import cosine, expected_lora_grads
     from launcher.workers.hf.model import checkpoint_state
-    from model.megatron.parity import cosine, expected_lora_grads
 
     hf, meg = _models(shared)
     gen = torch.Generator().manual_seed(2)

@@ -48,8 +48,8 @@ def _inputs():
 
 
 def test_packed_logits_match_hf_per_sequence(models):
+    from benchmarks.harness.parity import kl_and_dlogp
     from model.megatron import full_logits
-    from model.megatron.parity import kl_and_dlogp
 
     hf, meg = models
     ids, packed = _inputs()

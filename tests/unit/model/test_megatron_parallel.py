@@ -56,11 +56,11 @@ def _check_mesh(mesh, reference) -> dict:
     """One mesh on this rank: (worst |logit diff|, worst grad cosine, worst names) vs HF."""
     from megatron.core import parallel_state as ps
 
+    from benchmarks.harness.parity import cosine
     from launcher.workers.hf.model import checkpoint_state
     from model.megatron import full_logits, pack_lengths, token_logprobs
     from model.megatron.build import build_model, init_parallel
     from model.megatron.mapping import megatron_from_hf
-    from model.megatron.parity import cosine
     from model.megatron.shards import gather_full
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import load_hf_state
@@ -173,7 +173,7 @@ def _cancelling_halves(modules) -> None:
 def _expert_adapter_cosine(reference, packed, ids_T) -> float:
     """Per-expert adapters on any EP / ETP: with B A = 0, dL/dA = s B^T G and dL/dB = s G A^T
     per expert, G being HF's full-weight expert grad; worst cosine over both, gathered."""
-    from model.megatron.parity import cosine
+    from benchmarks.harness.parity import cosine
     from model.megatron.shards import gather_full
 
     cosines = []
@@ -189,7 +189,7 @@ def _expert_adapter_cosine(reference, packed, ids_T) -> float:
 def _shared_expert_adapter_cosine(reference, packed, ids_T) -> float:
     """One LoRA adapter shared by each layer's routed experts (any EP): after the grad sums
     DDP does, dL/dB = s sum_e G_e A^T from HF's full-weight expert grads (B = 0)."""
-    from model.megatron.parity import cosine
+    from benchmarks.harness.parity import cosine
 
     cosines = []
     for module, full_G in _adapted_backward(reference, packed, ids_T, shared=True):

@@ -6,8 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from model.megatron.mapping import compose
-from model.megatron.parity import (
+from benchmarks.harness.parity import (
     LoraBGrads,
     draw_lora_a,
     lora_rows,
@@ -16,6 +15,7 @@ from model.megatron.parity import (
     routing_agreement,
     topk_margin_T,
 )
+from model.megatron.mapping import compose
 
 
 def test_routing_agreement_counts_sets_not_order():

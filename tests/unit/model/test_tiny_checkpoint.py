@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from launcher.workers.hf.model import _model_class  # noqa: E402
-from model.tiny_checkpoint import _descriptor  # noqa: E402
+from launcher.workers.hf.tiny_checkpoint import _descriptor  # noqa: E402
 
 CHECKPOINTS = [("tiny_glm_checkpoint", "tiny"), ("tiny_qwen3_checkpoint", "tiny_qwen3")]
 
@@ -120,7 +120,7 @@ def test_shipped_demo_tokenizer_is_the_fixture_tokenizer(tmp_path):
     write_tiny_tokenizer builds today: a tokenizers upgrade that changes the merges fails here,
     not as a silently different demo."""
     from launcher.rl.tokenizer import HfTokenizer
-    from model.tiny_checkpoint import write_tiny_tokenizer
+    from launcher.workers.hf.tiny_checkpoint import write_tiny_tokenizer
 
     fresh, shipped = write_tiny_tokenizer(tmp_path), Path(__file__).parents[3] / "data/tiny_tokenizer"
     for name in ("tokenizer.json", "generation_config.json"):

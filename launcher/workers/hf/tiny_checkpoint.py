@@ -7,7 +7,7 @@ model descriptor in a few seconds: the on-disk tensor names are the release name
 reverts its in-memory renames when saving), the weights are split into several shards with an
 index, and generation_config lists several eos ids as GLM's does.
 
-    from model.tiny_checkpoint import write_tiny_checkpoint
+    from launcher.workers.hf.tiny_checkpoint import write_tiny_checkpoint
     write_tiny_checkpoint("/tmp/tiny_glm")                  # glm5_next, vision tower included
     write_tiny_checkpoint("/tmp/tiny_qwen3", "tiny_qwen3")  # plain qwen3
     write_tiny_tokenizer("data/tiny_tokenizer")              # the tokenizer files alone
@@ -20,7 +20,6 @@ import yaml
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-DESCRIPTORS = Path(__file__).resolve().parent / "descriptors"
 # The tiny descriptors' vocab_size: the tokenizer's specials, alphabet and merges fit in it.
 VOCAB_SIZE = 64
 # GLM's order: <|endoftext|> first, so it is id 0 (pad and eos).
@@ -79,7 +78,9 @@ def build_tokenizer(out_dir) -> "PreTrainedTokenizerFast":
 
 
 def _descriptor(name: str) -> dict:
-    return yaml.safe_load((DESCRIPTORS / f"{name}.yaml").read_text())
+    from launcher.config.files import available
+
+    return yaml.safe_load(available("model")[name].read_text())
 
 
 def _max_shard_bytes(model, shards: int) -> int:
@@ -142,7 +143,7 @@ def write_tiny_tokenizer(out_dir) -> Path:
     return out_dir
 
 
-if __name__ == "__main__":  # python -m model.tiny_checkpoint OUT_DIR [DESCRIPTOR | tokenizer]
+if __name__ == "__main__":  # python -m launcher.workers.hf.tiny_checkpoint OUT_DIR [DESCRIPTOR | tokenizer]
     import sys
 
     what = sys.argv[2] if len(sys.argv) > 2 else "tiny"
