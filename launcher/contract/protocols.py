@@ -12,6 +12,7 @@ one after the other, so neither side nor Ray's object store ever holds the whole
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 import torch
 
 
@@ -40,6 +41,11 @@ class Generation:
     """EOS reached (False: cut at max_tokens)."""
     policy_version: int
     """Version of the weights that produced every token of this request."""
+    routes: list[np.ndarray] | None = None
+    """Per sequence, the top-k expert ids the engine's router chose for each prompt and
+    response token and MoE layer: uint16 [len(prompt) + len(tokens) - 1, moe_layers, top_k]
+    (launcher/workers/hf/routing.py); None unless algorithm.routing_replay or
+    routing_agreement. numpy arrays cross Ray's object store as buffers, not Python lists."""
 
 
 @dataclass
@@ -129,6 +135,9 @@ class TrainShard:
     token's loss is weighted by pi_old / pi_rollout at token and sequence level, bounded as
     algorithm.off_policy says (launcher/rl/off_policy.py): it corrects the engine's lag in
     async mode and engine/trainer numeric mismatch in both."""
+    routes: list[np.ndarray] | None = None
+    """The engine's routes of each sequence (Generation.routes): replayed by the trainer with
+    algorithm.routing_replay, compared with its own router's for routing_agreement."""
     stats: dict = field(default_factory=dict)
 
 

@@ -30,6 +30,8 @@ class Group:
     """Responses scored 0 because the reward raised, timed out or returned no finite number."""
     truncated: int = 0
     """Responses cut at max_response_len without an EOS id (what DAPO's overlong penalty targets)."""
+    routes: list | None = None
+    """Per sample, the engine's MoE routes (Generation.routes: uint16 numpy arrays), or None."""
 
 
 def sampling_params(alg) -> SamplingParams:
@@ -70,7 +72,8 @@ def score_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: 
                  logprobs=[gen.logprobs[r] for r in rows], policy_version=gen.policy_version,
                  task_rewards=task_rewards, rewards=shaped_B.tolist(), correct=[s.correct for s in scored],
                  reward_errors=sum(s.error is not None for s in scored),
-                 truncated=sum(not gen.finished[r] for r in rows))
+                 truncated=sum(not gen.finished[r] for r in rows),
+                 routes=[gen.routes[r] for r in rows] if gen.routes is not None else None)
 
 
 def split_generation(members: list[int], gen: Generation, samples: int) -> list[tuple[int, range]]:

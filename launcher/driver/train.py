@@ -22,15 +22,18 @@ def _flatten(groups: list[Group], algorithm, samples: int):
     rewards_B = torch.tensor([r for g in groups for r in g.rewards], dtype=torch.float32)
     adv_B = algorithm.advantages(rewards_B, samples)
     seqs, prompt_lens, rollout = [], [], []
+    routes = [] if groups and all(g.routes is not None for g in groups) else None
     for g in groups:
         for response, logprobs in zip(g.responses, g.logprobs, strict=True):
             seqs.append(g.prompt_ids + response)
             prompt_lens.append(len(g.prompt_ids))
             rollout.append(logprobs)
-    return seqs, prompt_lens, rollout, adv_B.tolist()
+        if routes is not None:
+            routes += g.routes
+    return seqs, prompt_lens, rollout, adv_B.tolist(), routes
 
 
-def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old) -> list[TrainShard]:
+def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, routes=None) -> list[TrainShard]:
     tokens = sum(len(seqs[r]) - prompt_lens[r] for r in rows)
     shards = []
     for d in range(dp):
@@ -40,6 +43,7 @@ def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old) -> l
             advantages=[adv[r] for r in mine], tokens_in_mini_batch=tokens, seqs_in_mini_batch=len(rows),
             old_logprobs=[old[r] for r in mine] if old is not None else None,
             rollout_logprobs=[rollout[r] for r in mine],
+            routes=[routes[r] for r in mine] if routes is not None else None,
         ))
     return shards
 
@@ -47,16 +51,17 @@ def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old) -> l
 def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm) -> dict:
     """Run every mini-batch of a step through the trainer group; returns step metrics."""
     samples = alg_cfg.samples_per_prompt
-    seqs, prompt_lens, rollout, adv = _flatten(groups, algorithm, samples)
+    seqs, prompt_lens, rollout, adv, routes = _flatten(groups, algorithm, samples)
     per_mini = alg_cfg.mini_batch_prompts * samples
     minis = [list(range(s, min(s + per_mini, len(seqs)))) for s in range(0, len(seqs), per_mini)]
     old = None
     if len(minis) > 1:
         everyone = list(range(len(seqs)))
-        old = trainers.logprobs(_shards(everyone, trainers.dp, seqs, prompt_lens, adv, rollout, None), order=everyone)
+        old = trainers.logprobs(_shards(everyone, trainers.dp, seqs, prompt_lens, adv, rollout, None, routes),
+                                order=everyone)
     totals: dict[str, float] = {}
     for rows in minis:
-        per_rank = trainers.train_step(_shards(rows, trainers.dp, seqs, prompt_lens, adv, rollout, old))
+        per_rank = trainers.train_step(_shards(rows, trainers.dp, seqs, prompt_lens, adv, rollout, old, routes))
         for stats in per_rank:
             for key, value in stats.items():
                 if key.endswith(MAX_SUFFIX):
@@ -67,6 +72,9 @@ def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm) -> dict:
     tokens = max(totals.get("tokens", 0.0), 1.0)
     metrics = {key: totals[key] / tokens for key in SUMMED_STATS if key in totals}
     metrics.update({key: value for key, value in totals.items() if key.endswith(MAX_SUFFIX)})
+    if totals.get("route_pairs"):  # the engines returned routes (routing_replay / routing_agreement)
+        metrics.update(routing_agreement=totals["route_agree"] / totals["route_pairs"],
+                       routing_agreement_own=totals["route_agree_own"] / totals["route_pairs"])
     metrics.update(loss=totals.get("loss", 0.0) / len(minis), grad_norm=totals.get("grad_norm", 0.0),
                    mini_batches=len(minis), trained_sequences=len(seqs))
     return metrics

@@ -14,9 +14,12 @@ Megatron's DDP wrapper, or the model itself), and implements
   _logp_grid(module, batch, with_entropy) -> (logp_BT, entropy_BT or None) on the grid;
   _adapters_off() -> a context in which the LoRA adapters contribute nothing;
   _zero_grad(), and _step() -> the gradient norm (reduce, clip, optimizer step);
-and overrides _backward(loss) where its gradient reduction needs the loss scaled.
+and overrides _backward(loss) where its gradient reduction needs the loss scaled, and
+_routes(shard, batch, count) / _route_counts() where it replays the engines' MoE routes
+(algorithm.routing_replay; the hf trainer, hf/routing.py).
 Shapes: B sequences of a micro-batch, T target positions (batch.py's grid).
 """
+import contextlib
 import datetime
 import operator
 import os
@@ -93,7 +96,8 @@ class TrainerBase(StreamedExport):
         self.model.eval()
         out: list[list[float]] = [[] for _ in shard.sequences]
         for batch in self._micro_batches(shard):
-            logp_BT, _ = self._logp_grid(self.model, batch, with_entropy=False)
+            with self._routes(shard, batch, count=False):
+                logp_BT, _ = self._logp_grid(self.model, batch, with_entropy=False)
             for r, values in zip(batch.rows, ungrid(logp_BT.cpu(), batch, shard.prompt_lens, shard.sequences),
                                  strict=True):
                 out[r] = values
@@ -106,8 +110,18 @@ class TrainerBase(StreamedExport):
         with self._adapters_off():
             return self._logp_grid(self.model, batch, with_entropy=False)[0]
 
+    def _routes(self, shard: TrainShard, batch, count: bool) -> contextlib.AbstractContextManager:
+        """The engines' MoE routes of `batch` for the forwards inside (replayed, and counted
+        for routing_agreement when `count`); a backend without route support ignores them."""
+        return contextlib.nullcontext()
+
+    def _route_counts(self) -> dict[str, float]:
+        """route_pairs / route_agree / route_agree_own since the last call (hf/routing.py)."""
+        return {}
+
     def _micro_loss(self, shard: TrainShard, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        logp_BT, entropy_BT = self._logp_grid(self.runner, batch, with_entropy=True)
+        with self._routes(shard, batch, count=True):
+            logp_BT, entropy_BT = self._logp_grid(self.runner, batch, with_entropy=True)
         return micro_loss(self.algorithm, shard, batch, logp_BT, entropy_BT, lambda: self._ref_logprobs(batch))
 
     def train_step(self, shard: TrainShard) -> dict[str, float]:
@@ -124,6 +138,7 @@ class TrainerBase(StreamedExport):
             for key, value in stats.items():
                 combine = max if key.endswith(MAX_SUFFIX) else operator.add
                 sums[key] = combine(sums[key], float(value)) if key in sums else float(value)
+        sums.update(self._route_counts())
         sums["grad_norm"] = self._step()
         return sums
 

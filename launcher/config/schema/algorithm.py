@@ -96,5 +96,14 @@ class AlgorithmConfig:
     """DAPO overlong soft penalty."""
     off_policy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
     """Importance weights between the trainer's old and the engine's rollout log-probs."""
+    routing_replay: bool = False
+    """Rollout routing replay (R3): the engines return, per token and MoE layer, the top-k
+    expert ids their router chose, and the trainer routes by them (gate weights from its own
+    router logits over those experts) in its log-prob and training forwards. MoE models, hf
+    engine and hf trainer (ROUTE001, ROUTE002)."""
+    routing_agreement: bool = False
+    """The engines return their routes and every step reports routing_agreement (the share of
+    token x MoE-layer pairs whose trainer expert set equals the engine's) without replaying
+    them; routing_replay turns it on too."""
     max_staleness: int = 0
     """Async: samples older than this many policy versions are never trained on; >= 1 for async."""

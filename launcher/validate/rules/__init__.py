@@ -9,6 +9,7 @@ from launcher.validate.rules import (  # noqa: F401
     mesh,
     model,
     recompute,
+    routing,
     runtime,
     sequence,
     storage,

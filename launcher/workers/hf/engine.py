@@ -29,6 +29,7 @@ from launcher.workers.engine_base import EngineBase, Received, ServedWeights
 from launcher.workers.hf import lora
 from launcher.workers.hf.model import VISION_PREFIX, build_model, drop_parameters, materialize
 from launcher.workers.hf.names import ModelNameAssembler
+from launcher.workers.hf.routing import RouteRecorder
 from launcher.workers.hf.sampling import sample
 from launcher.workers.ipc import open_bucket
 from launcher.workers.manifest import SyncManifest
@@ -57,6 +58,8 @@ class HfEngine(EngineBase, ServedWeights):
         self.has_weights = reads_checkpoint
         self.progress.phase("ready")
         self.asleep_level = 0
+        self.returns_routes = config.algorithm.routing_replay or config.algorithm.routing_agreement
+        """Each generation carries its MoE routes (hf/routing.py) for the trainer's replay or agreement."""
         self._names: ModelNameAssembler | None = None
         self._manifest: SyncManifest | None = None
         """Checkpoint names received by this update's "weights" buckets (None: none yet)."""
@@ -67,9 +70,16 @@ class HfEngine(EngineBase, ServedWeights):
         if not self.has_weights:
             raise RuntimeError(f"{self.who} was asked to generate before any weight update (it starts empty)")
         self._refuse_mid_update()
-        results = sample(self.model, request.prompts, request.sampling, self.eos_ids, self.pad_id, request.seed)
+        recorder = RouteRecorder(self.model) if self.returns_routes else None
+        try:
+            results = sample(self.model, request.prompts, request.sampling, self.eos_ids, self.pad_id, request.seed,
+                             recorder)
+        finally:
+            if recorder is not None:
+                recorder.remove()
         return Generation(tokens=[r.tokens for r in results], logprobs=[r.logprobs for r in results],
-                          finished=[r.finished for r in results], policy_version=self.version)
+                          finished=[r.finished for r in results], policy_version=self.version,
+                          routes=[r.routes for r in results] if recorder is not None else None)
 
     # ---- weight update steps (engine_base.py runs the update) -------------------------------
 

@@ -22,6 +22,7 @@ from launcher.workers.hf import lora
 from launcher.workers.hf.compute import logits_of, target_logprobs
 from launcher.workers.hf.model import VISION_PREFIX, build_model, language_items, language_state
 from launcher.workers.hf.names import checkpoint_adapter_items, checkpoint_items
+from launcher.workers.hf.routing import RouteReplay, routes_grid
 from launcher.workers.registry import TRAINERS
 from launcher.workers.trainer_base import TrainerBase, clip_grad_norm, tagged
 
@@ -48,6 +49,13 @@ class HfTrainer(TrainerBase):
         self.model = (lora.wrap(model, self.lora) if self.lora else model).to(self.device)  # peft's adapters too
         self.runner = self.model
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        alg = config.algorithm
+        self.route_replay = (RouteReplay(self.model, replay=alg.routing_replay)
+                             if alg.routing_replay or alg.routing_agreement else None)
+        """Hooks on the MoE gates: the engines' routes replayed (routing_replay) or only compared."""
+        if self.route_replay is not None and not self.route_replay.gates:
+            raise ValueError("algorithm.routing_replay / routing_agreement: the model has no MoE router to replay "
+                             "(ROUTE001)")
         opt = config.trainer.optimizer
         self.optimizer = torch.optim.AdamW(self.params, lr=opt.lr, weight_decay=opt.weight_decay)
         self.progress.phase("ready")
@@ -66,6 +74,17 @@ class HfTrainer(TrainerBase):
     def _logp_grid(self, model, mb: MicroBatch, with_entropy: bool):
         logits_BTV = logits_of(model, mb.ids_BT.to(self.device))
         return target_logprobs(logits_BTV, mb.ids_BT.to(self.device), self.temperature, with_entropy)
+
+    def _routes(self, shard: TrainShard, batch: MicroBatch, count: bool) -> AbstractContextManager:
+        if self.route_replay is None or shard.routes is None:
+            return super()._routes(shard, batch, count)
+        gates = self.route_replay.gates
+        grid = routes_grid(shard.routes, batch.rows, shard.sequences, batch.ids_BT.shape[1], len(gates),
+                           gates[0].top_k)
+        return self.route_replay.active(grid, count)
+
+    def _route_counts(self) -> dict[str, float]:
+        return self.route_replay.counts() if self.route_replay is not None else {}
 
     def _adapters_off(self) -> AbstractContextManager:
         return self.model.disable_adapter()

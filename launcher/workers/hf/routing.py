@@ -1,0 +1,140 @@
+"""MoE routes on the hf path: the engine records, per token and MoE layer, the top-k expert
+ids its router chose; the trainer replays them (rollout routing replay, R3) and measures how
+often its own router agrees.
+
+The router module is transformers' glm5_next `Glm5NextTextTopkRouter` (`mlp.gate` of every
+`sparse` layer): forward(hidden [N, H]) -> (router_logits [N, E], weights [N, k], ids [N, k]),
+sigmoid scores, a correction bias that only picks, weights = the picked scores (normalised
+when norm_topk_prob) x routed_scaling_factor. Replay keeps the trainer's own logits and
+takes the given ids: weights = its own sigmoid scores at those ids, normalised and scaled
+the same way, so the gradient reaches the router as in R3.
+
+A route array is one sequence's `uint16 [seq_len - 1, moe_layers, top_k]`: positions
+0..seq_len-2 (the last token is never fed to the model while sampling, and its output
+scores nothing), layers in model order. Shapes: B sequences, T positions, L MoE layers,
+K top_k, N = B x T tokens as the router sees them (row-major over B, T).
+"""
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+ROUTE_DTYPE = np.uint16
+"""Expert ids fit: GLM-5.3-Flash has 288 experts (uint16 holds 65,536)."""
+
+
+def moe_gates(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The router module of every MoE layer, in layer order (empty for a dense model)."""
+    return [m.gate for m in model.modules() if hasattr(m, "gate") and hasattr(m, "experts")
+            and type(m.gate).__name__.endswith("TopkRouter")]
+
+
+def replayed(gate: torch.nn.Module, router_logits_NE: torch.Tensor, ids_NK: torch.Tensor) -> torch.Tensor:
+    """The gate weights of experts `ids_NK` from the trainer's own logits (glm5_next's formula)."""
+    weights_NK = router_logits_NE.sigmoid().gather(1, ids_NK)
+    if gate.norm_topk_prob:
+        weights_NK = weights_NK / (weights_NK.sum(dim=-1, keepdim=True) + 1e-20)
+    return weights_NK * gate.routed_scaling_factor
+
+
+class RouteRecorder:
+    """Engine side: hooks on every MoE gate keep the ids of each forward; `take(B)` returns
+    them as [B, T, L, K] (int64, on the model's device) and starts over."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.gates = moe_gates(model)
+        self._ids: list[torch.Tensor | None] = [None] * len(self.gates)
+        self._handles = [g.register_forward_hook(self._hook(i)) for i, g in enumerate(self.gates)]
+
+    def _hook(self, layer: int):
+        def hook(module, args, output):
+            self._ids[layer] = output[2].detach()
+        return hook
+
+    def take(self, batch: int) -> torch.Tensor:
+        ids = [t.reshape(batch, -1, t.shape[-1]) for t in self._ids]
+        self._ids = [None] * len(self.gates)
+        return torch.stack(ids, dim=2)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def to_routes(routes_BTLK: torch.Tensor, lengths: list[int]) -> list[np.ndarray]:
+    """Each row's first `lengths[b]` positions as a uint16 array."""
+    cpu = routes_BTLK.to(torch.int32).cpu().numpy()
+    return [np.ascontiguousarray(cpu[b, :n]).astype(ROUTE_DTYPE) for b, n in enumerate(lengths)]
+
+
+def routes_grid(routes: list[np.ndarray], rows: list[int], sequences: list[list[int]], width: int,
+                moe_layers: int, top_k: int) -> torch.Tensor:
+    """[B, width, L, K] int64 of a micro-batch's rows (batch.py's padded ids, `width` columns),
+    -1 where a position has no route (padding, the last token). Raises when a route array does
+    not fit its sequence (the engine's routing of another sequence or model)."""
+    grid = torch.full((len(rows), width, moe_layers, top_k), -1, dtype=torch.long)
+    for i, r in enumerate(rows):
+        array, want = routes[r], (len(sequences[r]) - 1, moe_layers, top_k)
+        if tuple(array.shape) != want or array.dtype != ROUTE_DTYPE:
+            raise ValueError(f"sequence {r}: route array {array.dtype}{list(array.shape)} does not fit a sequence of "
+                             f"{len(sequences[r])} tokens on {moe_layers} MoE layers x top-{top_k} "
+                             f"(want uint16{list(want)})")
+        grid[i, : want[0]] = torch.from_numpy(array.astype(np.int64))
+    return grid
+
+
+class RouteReplay:
+    """Trainer side: hooks on every MoE gate that, inside `active(grid)`, compare the
+    router's own top-k set with the engine's per (token, layer) and, when `replay`, route
+    by the engine's ids with weights from the trainer's own logits (`replayed`). Outside
+    `active` the model routes by itself. `counts()` returns and resets the sums:
+    route_pairs (token-layer pairs with a route), route_agree (the experts the forward used
+    are the engine's set: the replayed ones, or the router's own when replay is off) and
+    route_agree_own (the router's own top-k set is the engine's, replay or not)."""
+
+    def __init__(self, model: torch.nn.Module, replay: bool):
+        self.gates, self.replay = moe_gates(model), replay
+        self._grid_NLK: torch.Tensor | None = None
+        self._count = True
+        self._sums = torch.zeros(3, dtype=torch.float64)
+        for i, gate in enumerate(self.gates):
+            gate.register_forward_hook(self._hook(i))
+
+    def _hook(self, layer: int):
+        def hook(module, args, output):
+            if self._grid_NLK is None:
+                return None
+            logits_NE, _, own_NK = output
+            given_NK = self._grid_NLK[:, layer].to(own_NK.device)
+            if given_NK.shape[0] != own_NK.shape[0]:
+                raise ValueError(f"routes for {given_NK.shape[0]} tokens, the router saw {own_NK.shape[0]}")
+            has_N = (given_NK >= 0).all(dim=-1)
+            given_sorted_NK = given_NK.sort(dim=-1).values
+            own_agrees_N = (own_NK.sort(dim=-1).values == given_sorted_NK).all(dim=-1) & has_N
+            used_NK = torch.where(has_N[:, None], given_NK, own_NK) if self.replay else own_NK
+            used_agrees_N = (used_NK.sort(dim=-1).values == given_sorted_NK).all(dim=-1) & has_N
+            if self._count:
+                self._sums += torch.tensor([float(has_N.sum()), float(used_agrees_N.sum()), float(own_agrees_N.sum())],
+                                           dtype=torch.float64)
+            if not self.replay:
+                return None
+            return logits_NE, replayed(module, logits_NE, used_NK), used_NK
+        return hook
+
+    @contextmanager
+    def active(self, grid_BTLK: torch.Tensor | None, count: bool = True):
+        """Routes for the forwards inside (None: the model routes by itself, nothing counted);
+        `count` False replays without counting (the log-prob pass before a step's updates)."""
+        if grid_BTLK is None:
+            yield
+            return
+        self._grid_NLK, self._count = grid_BTLK.reshape(-1, *grid_BTLK.shape[2:]), count
+        try:
+            yield
+        finally:
+            self._grid_NLK, self._count = None, True
+
+    def counts(self) -> dict[str, float]:
+        pairs, agree, own = self._sums.tolist()
+        self._sums.zero_()
+        return {"route_pairs": pairs, "route_agree": agree, "route_agree_own": own}
