@@ -35,9 +35,15 @@ nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 head_ip=$(srun --overlap --nodes=1 --ntasks=1 -w "${{nodes[0]}}" hostname --ip-address | awk '{{print $1}}')
 address="$head_ip:{port}"
 
+# Ray starts with token authentication on: a token for this job alone, readable by its user only, in the
+# run directory (which every node sees); srun passes the environment to each node's `ray start`.
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={run_dir}/.ray_auth_token.$SLURM_JOB_ID
+(umask 077 && {python} -c "import secrets; print(secrets.token_hex(32))" > "$RAY_AUTH_TOKEN_PATH")
+
 stop_ray() {{  # on every node, however the run ended: the allocation is this job's alone (--exclusive)
   srun --overlap --nodes={nodes} --ntasks-per-node=1 {ray} stop --force >/dev/null 2>&1
   wait
+  rm -f "$RAY_AUTH_TOKEN_PATH"
 }}
 trap stop_ray EXIT
 

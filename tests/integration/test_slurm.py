@@ -1,0 +1,67 @@
+"""The script of `python -m launcher sbatch` under a real Slurm (tests/integration/slurm_cluster.py):
+Ray comes up inside the allocation with its token authentication, the run trains, and Ray and
+the job's token go however the job ends, `scancel` included."""
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import slurm_cluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(slurm_cluster.missing() is not None,
+                                                  reason=slurm_cluster.missing() or "")]
+ROOT = Path(__file__).resolve().parents[2]
+RAY_DAEMONS = ("raylet", "gcs_server")
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    cluster, procs = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    slurm_cluster.stop(procs)
+
+
+def _script(tmp_path: Path, *overrides: str) -> Path:
+    done = subprocess.run([sys.executable, "-m", "launcher", "sbatch", "recipe=tiny_grpo", f"run.output_dir={tmp_path}",
+                           "run.name=slurm", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return tmp_path / "slurm" / "sbatch.sh"
+
+
+def _submit(slurm, script: Path) -> str:
+    return slurm.run("sbatch", "--parsable", str(script)).strip().split(";")[0]
+
+
+def _ray_daemons() -> list[str]:
+    return [p.info["name"] for p in psutil.process_iter(["name"]) if p.info["name"] in RAY_DAEMONS]
+
+
+def _wait_for(check, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(1)
+
+
+def test_the_batch_script_trains_on_the_allocation_and_stops_ray(slurm, tmp_path):
+    script = _script(tmp_path, "run.steps=2")
+    job = _submit(slurm, script)
+    assert slurm.wait_for_end(job, timeout_s=300) == "COMPLETED", (script.parent / f"slurm-{job}.out").read_text()[-3000:]
+    out = (script.parent / f"slurm-{job}.out").read_text()
+    assert "step    2/2 |" in out and "done: 2 steps" in out
+    assert (script.parent / "checkpoints" / "step_000002" / "COMPLETE").is_file()
+    assert list(script.parent.glob(".ray_auth_token.*")) == []  # the job's token goes with it
+    _wait_for(lambda: not _ray_daemons(), 30, "end of the job's Ray daemons")
+
+
+def test_scancel_stops_the_run_and_leaves_no_ray(slurm, tmp_path):
+    script = _script(tmp_path, "run.steps=500")
+    job = _submit(slurm, script)
+    metrics = script.parent / "metrics.jsonl"
+    _wait_for(lambda: metrics.exists() and '"step_s"' in metrics.read_text(), 240, "first step")
+    assert _ray_daemons()
+    slurm.run("scancel", job)
+    assert slurm.wait_for_end(job, timeout_s=60) == "CANCELLED"
+    _wait_for(lambda: not _ray_daemons(), 60, "end of the cancelled job's Ray daemons")
