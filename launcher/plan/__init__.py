@@ -19,6 +19,7 @@ from launcher.plan.memory import MemoryPlan, plan_memory
 from launcher.plan.mesh import MeshPlan, plan_mesh
 from launcher.plan.params import ParamCounts, count_params
 from launcher.plan.placement import GpuSlot, PlacementPlan, plan_placement
+from launcher.plan.routes import RoutesPlan, plan_routes
 from launcher.plan.startup import StartupPlan, plan_startup
 from launcher.plan.sync import SyncPlan, plan_sync
 from launcher.plan.timing import TimingPlan, plan_timing
@@ -42,6 +43,8 @@ class Plan:
     sync: SyncPlan
     timing: TimingPlan
     startup: StartupPlan
+    routes: RoutesPlan
+    """The MoE routes' bytes per step (routing replay / agreement) in the driver and the object store."""
     env: dict[str, str]
     origins: dict[str, str]
 
@@ -76,6 +79,7 @@ def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) 
             f"{timing.longest_wait_phase} ~{timing.longest_wait_s:.0f} s x margin")
     startup = plan_startup(cfg, memory, sync)
     log.add("startup.seconds", f"{startup.seconds:.0f}", startup.basis)
+    routes = plan_routes(cfg, arch, batch, log)
     env = plan_env(cfg, arch, os.environ if driver_env is None else driver_env, log)
     return Plan(arch=arch, params=params, mesh=mesh, placement=placement, batch=batch, lora=lora, memory=memory,
-                sync=sync, timing=timing, startup=startup, env=env, origins=log.lines)
+                sync=sync, timing=timing, startup=startup, routes=routes, env=env, origins=log.lines)

@@ -58,6 +58,13 @@ def plan_tables(plan) -> str:
         ("generation phase", f"~{t.generation_s:,.0f} s"), ("log-prob pass", f"~{t.logprob_pass_s:,.0f} s"),
         ("longest collective wait", f"~{t.longest_wait_s:,.0f} s ({t.longest_wait_phase})"),
         ("recommended nccl_timeout_s", t.recommended_nccl_timeout_s)]))
+    if plan.routes.on:
+        r = plan.routes
+        parts.append(_table("# MoE routes (routing replay / agreement)", [
+            ("bytes per token", f"{r.bytes_per_token:,} B (MoE layers x top-k x 2 B)"),
+            ("per step (max tokens)", f"{r.gib_per_step:,.3f} GiB for {r.tokens_per_step:,} tokens"),
+            ("held at once", f"{r.steps_held} step(s): driver {r.driver_gib:,.3f} GiB, object store "
+                             f"{r.object_store_gib:,.3f} GiB of ~{r.object_store_capacity_gib:,.1f} GiB")]))
     env = mask_secrets(plan.env)
     parts.append(_table("# worker environment", list(env.items()) or [("(none)", "")]))
     parts.append(_table("# derived values and their origin", [(k, v) for k, v in plan.origins.items()]))

@@ -1,7 +1,7 @@
 """MoE routing replay and agreement (algorithm.routing_replay, algorithm.routing_agreement):
 the model has routers to replay, and the engine and trainer backends support it."""
 from launcher.config.schema.choices import InferenceBackendName, TrainerBackendName
-from launcher.validate.registry import error, rule
+from launcher.validate.registry import error, rule, warning
 
 
 def _routes_on(cfg) -> str | None:
@@ -44,3 +44,30 @@ def routes_need_backends(cfg, plan):
                     "The Megatron trainer's router (model/megatron) cannot replay given expert ids or report "
                     "its agreement yet.",
                     f"Use trainer.backend=hf, or set {key}=false.")
+
+
+ROUTES_WARN_SHARE = 0.5
+"""Of the object store: weight-sync buckets and the samples share it with the routes."""
+
+
+@rule("ROUTE003")
+def routes_fit_the_object_store(cfg, plan):
+    """The routes held at once (plan.routes) fit Ray's object store and the driver's memory."""
+    r = plan.routes
+    if not r.on:
+        return
+    shown = (f"routes of {r.steps_held} step(s) of up to {r.tokens_per_step:,} tokens x {r.bytes_per_token} B: "
+             f"{r.object_store_gib:,.2f} GiB in the object store (~{r.object_store_capacity_gib:,.1f} GiB), "
+             f"{r.driver_gib:,.2f} GiB in the driver")
+    fix = ("Lower algorithm.prompts_per_step, samples_per_prompt or max_response_len (or "
+           "dynamic_sampling.max_regenerations / max_staleness), give the head node more memory "
+           "(cluster.host_memory_gib), or set algorithm.routing_replay / routing_agreement false.")
+    if r.object_store_gib > r.object_store_capacity_gib or r.driver_gib > cfg.cluster.host_memory_gib / 2:
+        yield error("algorithm.routing_replay" if cfg.algorithm.routing_replay else "algorithm.routing_agreement",
+                    shown, "Each route array sits in Ray's object store twice (the engine's result and the trainer "
+                    "call's shard; by default 30% of a node's memory) and once in the driver: past that Ray "
+                    "spills to disk or the driver runs out of memory (slime #2384: host OOM spikes with R3).", fix)
+    elif r.object_store_gib > ROUTES_WARN_SHARE * r.object_store_capacity_gib:
+        yield warning("algorithm.routing_replay" if cfg.algorithm.routing_replay else "algorithm.routing_agreement",
+                      shown, "Weight-sync buckets and the samples share the object store with the routes; above half "
+                      "of it Ray starts spilling objects to disk.", fix)

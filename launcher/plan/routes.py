@@ -1,0 +1,68 @@
+"""The MoE routes' bytes (algorithm.routing_replay / routing_agreement): what the engines'
+route arrays cost the driver and Ray's object store per step.
+
+A route array holds, per token, moe_layers x top_k uint16 expert ids (2 B each:
+launcher/workers/hf/routing.py). GLM-5.3-Flash: 42 MoE layers x top-8 x 2 B = 672 B per
+token, ~2.6 GiB for a 4M-token step. The token count is the batch chain's worst case
+(every sequence at max prompt + max response). What is held at once:
+- sync loop: the step's groups, and with DAPO dynamic sampling every generated round's
+  (the step's generation summary keeps the groups it saw): 1 + max_regenerations steps;
+- async loop: the queue (loop_async.QUEUE_STEPS = 2 steps, at most max_staleness) plus the
+  step in training: 1 + min(2, max_staleness) steps.
+Each array is in the object store twice (the engine's result, then the trainer call's
+shard) and in the driver's memory once. Ray's object store defaults to 30% of a node's RAM.
+"""
+from dataclasses import dataclass
+
+from launcher.config.schema.choices import PlacementMode
+from launcher.config.schema.root import LauncherConfig
+from launcher.plan._origin import Origins
+from launcher.plan.arch import ArchFacts
+from launcher.plan.batch import BatchPlan
+
+ROUTE_ID_BYTES = 2
+"""uint16 expert ids."""
+ASYNC_QUEUE_STEPS = 2
+"""launcher/driver/loop_async.py QUEUE_STEPS (the plan layer cannot import the driver)."""
+OBJECT_STORE_SHARE = 0.3
+"""Ray's default object store: 30% of the node's memory."""
+OBJECT_STORE_COPIES = 2
+"""The engine's result and the trainer call's shard."""
+GIB = 1024**3
+
+
+@dataclass
+class RoutesPlan:
+    on: bool
+    bytes_per_token: int
+    """moe_layers x top_k x 2 B."""
+    tokens_per_step: int
+    gib_per_step: float
+    steps_held: int
+    """Steps' worth of routes the driver holds at once (the loop's queue, DAPO's rounds)."""
+    driver_gib: float
+    object_store_gib: float
+    object_store_capacity_gib: float
+    """Ray's default object store on the head node: 30% of cluster.host_memory_gib."""
+
+
+def plan_routes(cfg: LauncherConfig, arch: ArchFacts, batch: BatchPlan, log: Origins) -> RoutesPlan:
+    alg = cfg.algorithm
+    on = bool(alg.routing_replay or alg.routing_agreement) and arch.has_moe
+    per_token = arch.n_moe * cfg.model.arch.num_experts_per_tok * ROUTE_ID_BYTES if arch.has_moe else 0
+    per_step = batch.tokens_per_step * per_token / GIB
+    if cfg.placement.mode is PlacementMode["async"]:
+        held = 1 + min(ASYNC_QUEUE_STEPS, max(alg.max_staleness, 1))
+    else:
+        held = 1 + (alg.dynamic_sampling.max_regenerations if alg.dynamic_sampling.enabled else 0)
+    capacity = OBJECT_STORE_SHARE * cfg.cluster.host_memory_gib
+    plan = RoutesPlan(on=on, bytes_per_token=per_token, tokens_per_step=batch.tokens_per_step,
+                      gib_per_step=per_step if on else 0.0, steps_held=held,
+                      driver_gib=per_step * held if on else 0.0,
+                      object_store_gib=per_step * held * OBJECT_STORE_COPIES if on else 0.0,
+                      object_store_capacity_gib=capacity)
+    if on:
+        log.add("routes.gib_per_step", f"{per_step:.3f}",
+                f"{batch.tokens_per_step:,} tokens x {arch.n_moe} MoE layers x top-{cfg.model.arch.num_experts_per_tok}"
+                f" x {ROUTE_ID_BYTES} B")
+    return plan
