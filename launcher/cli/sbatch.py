@@ -99,6 +99,8 @@ def cmd_sbatch(composed: Composed) -> int:
         return ExitCode.REFUSED
     if findings:
         sys.stderr.write(findings_text(findings, "validation: "))
+    if not _partition_fits(composed.config.cluster):
+        return ExitCode.REFUSED
     run_dir = Path(os.path.abspath(run_dir_of(composed)))
     lock = take_run_dir_lock(run_dir)
     if lock is None:
@@ -109,3 +111,22 @@ def cmd_sbatch(composed: Composed) -> int:
         script.write_text(sbatch_script(composed, run_dir))
     sys.stdout.write(f"wrote {script}: `sbatch {script}` runs it on {composed.config.cluster.nodes} node(s)\n")
     return ExitCode.OK
+
+
+def _partition_fits(cluster) -> bool:
+    """sinfo's default partition against the plan's nodes and GPUs (launcher/cli/slurm_preflight.py)."""
+    from launcher.cli.slurm_preflight import default_partition, shortfall
+
+    partition = default_partition()
+    if partition is None:
+        sys.stderr.write("sbatch: sinfo is missing, failed or names no default partition: its nodes and GPUs "
+                         "are not checked\n")
+        return True
+    lacking = shortfall(partition, cluster.nodes, cluster.gpus_per_node)
+    if lacking:
+        sys.stderr.write(f"refusing to write the batch script: {lacking}.\n"
+                         "    why: Slurm would keep the job pending (or refuse it) for resources the partition never has.\n"
+                         f"    fix: set cluster.nodes <= {partition.nodes} and cluster.gpus_per_node <= "
+                         f"{partition.gpus_per_node}, or use a cluster file that describes this partition.\n")
+    return lacking is None
+

@@ -23,9 +23,10 @@ def slurm(tmp_path_factory):
     slurm_cluster.stop(procs)
 
 
-def _script(tmp_path: Path, *overrides: str) -> Path:
+def _script(slurm, tmp_path: Path, *overrides: str) -> Path:
     done = subprocess.run([sys.executable, "-m", "launcher", "sbatch", "recipe=tiny_grpo", f"run.output_dir={tmp_path}",
-                           "run.name=slurm", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           "run.name=slurm", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=slurm.env)
     assert done.returncode == 0, done.stderr[-2000:]
     return tmp_path / "slurm" / "sbatch.sh"
 
@@ -46,7 +47,7 @@ def _wait_for(check, timeout_s: float, what: str) -> None:
 
 
 def test_the_batch_script_trains_on_the_allocation_and_stops_ray(slurm, tmp_path):
-    script = _script(tmp_path, "run.steps=2")
+    script = _script(slurm, tmp_path, "run.steps=2")
     job = _submit(slurm, script)
     assert slurm.wait_for_end(job, timeout_s=300) == "COMPLETED", (script.parent / f"slurm-{job}.out").read_text()[-3000:]
     out = (script.parent / f"slurm-{job}.out").read_text()
@@ -57,7 +58,7 @@ def test_the_batch_script_trains_on_the_allocation_and_stops_ray(slurm, tmp_path
 
 
 def test_scancel_stops_the_run_and_leaves_no_ray(slurm, tmp_path):
-    script = _script(tmp_path, "run.steps=500")
+    script = _script(slurm, tmp_path, "run.steps=500")
     job = _submit(slurm, script)
     metrics = script.parent / "metrics.jsonl"
     _wait_for(lambda: metrics.exists() and '"step_s"' in metrics.read_text(), 240, "first step")
@@ -65,3 +66,16 @@ def test_scancel_stops_the_run_and_leaves_no_ray(slurm, tmp_path):
     slurm.run("scancel", job)
     assert slurm.wait_for_end(job, timeout_s=60) == "CANCELLED"
     _wait_for(lambda: not _ray_daemons(), 60, "end of the cancelled job's Ray daemons")
+
+
+@pytest.mark.parametrize("overrides, lacking", [
+    (["cluster.gpus_per_node=4", "inference.engines=4"], "cluster.gpus_per_node=4 but the nodes of partition debug "
+                                                         "offer 2 GPU(s) each"),
+    (["cluster.nodes=2", "inference.engines=4"], "cluster.nodes=2 but partition debug has 1 node(s)"),
+])
+def test_a_plan_the_partition_cannot_hold_is_refused_before_a_script(slurm, tmp_path, overrides, lacking):
+    done = subprocess.run([sys.executable, "-m", "launcher", "sbatch", "recipe=tiny_grpo", f"run.output_dir={tmp_path}",
+                           "run.name=big", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=slurm.env)
+    assert done.returncode == 1 and lacking in done.stderr, done.stderr
+    assert not (tmp_path / "big").exists()

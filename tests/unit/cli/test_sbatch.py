@@ -39,3 +39,15 @@ def test_secret_override_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "+env.WANDB_API_KEY" in err and "s3cret" not in err
     assert not (tmp_path / "dapo_sync").exists()
+
+
+def test_the_partition_preflight_reads_gpu_gres_and_names_what_is_lacking():
+    from launcher.cli.slurm_preflight import GPU_GRES, Partition, shortfall
+
+    assert [int(GPU_GRES.search(g).group(1)) for g in ("gpu:2", "gpu:h100:8(S:0-1)", "craynetwork:4,gpu:a100:4")] == \
+        [2, 8, 4]
+    assert GPU_GRES.search("(null)") is None
+    part = Partition("batch", nodes=4, gpus_per_node=8)
+    assert shortfall(part, 4, 8) is None
+    assert shortfall(part, 8, 8) == "cluster.nodes=8 but partition batch has 4 node(s)"
+    assert "offer 8 GPU(s) each" in shortfall(part, 2, 16)
