@@ -102,13 +102,21 @@ class MoE(torch.nn.Module):
         self.experts = RoutedExperts(spec)
         shared_width = spec.moe_intermediate_size * spec.n_shared_experts
         self.shared_experts = SwiGLUMLP(spec.hidden_size, shared_width, spec.swiglu_limit, spec.dtype)
+        self.moe_index = -1
+        """This block's position among the model's MoE layers (the engine's routes' L axis)."""
+        self.route_slot = None
+        """A routes.RouteSlot when the trainer replays or compares the engine's routes."""
 
     def route(self, x_TD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(probs_TK fp32, experts_TK): sigmoid scores, bias only for choosing, renormalised, scaled."""
         logits_TE = torch.nn.functional.linear(x_TD.float(), self.router_weight.float())
-        return topk_routing_with_score_function(logits_TE, self.topk, scaling_factor=self.scaling,
-                                                score_function="sigmoid", expert_bias=self.expert_bias,
-                                                dense_output=True)
+        probs_TK, experts_TK = topk_routing_with_score_function(logits_TE, self.topk, scaling_factor=self.scaling,
+                                                                score_function="sigmoid", expert_bias=self.expert_bias,
+                                                                dense_output=True)
+        slot = self.route_slot
+        if slot is None or slot.given_TLK is None:
+            return probs_TK, experts_TK
+        return slot.apply(self, logits_TE, probs_TK, experts_TK)  # routing replay (model/megatron/routes.py)
 
     def forward(self, x_TlD: torch.Tensor) -> torch.Tensor:
         probs_TK, experts_TK = self.route(x_TlD)

@@ -99,8 +99,8 @@ class AlgorithmConfig:
     routing_replay: bool = False
     """Rollout routing replay (R3): the engines return, per token and MoE layer, the top-k
     expert ids their router chose, and the trainer routes by them (gate weights from its own
-    router logits over those experts) in its log-prob and training forwards. MoE models, hf
-    engine and hf trainer (ROUTE001, ROUTE002)."""
+    router logits over those experts) in its log-prob and training forwards. glm5_next MoE
+    models, the hf engine, the hf trainer or the Megatron trainer without TP/EP (ROUTE001-003)."""
     routing_agreement: bool = False
     """The engines return their routes and every step reports routing_agreement (the share of
     token x MoE-layer pairs whose trainer expert set equals the engine's) without replaying

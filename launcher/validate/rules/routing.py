@@ -30,7 +30,7 @@ def routes_need_a_router(cfg, plan):
 
 @rule("ROUTE002")
 def routes_need_backends(cfg, plan):
-    """Routes are returned by the hf engine and replayed by the hf trainer only (for now)."""
+    """Routes come from the hf engine only; the hf trainer and the Megatron trainer without TP/EP replay them."""
     key = _routes_on(cfg)
     if key is None:
         return
@@ -39,11 +39,14 @@ def routes_need_backends(cfg, plan):
                     "The vllm engine does not return its routes yet (vLLM's enable_return_routed_experts, "
                     "CompletionOutput.routed_experts, is not wired into it).",
                     f"Use inference.backend=hf, or set {key}=false.")
-    if cfg.trainer.backend is TrainerBackendName.megatron:
-        yield error("trainer.backend", f"{key}=true with trainer.backend=megatron",
-                    "The Megatron trainer's router (model/megatron) cannot replay given expert ids or report "
-                    "its agreement yet.",
-                    f"Use trainer.backend=hf, or set {key}=false.")
+    mesh = cfg.trainer.mesh
+    if cfg.trainer.backend is TrainerBackendName.megatron and (mesh.tp > 1 or mesh.ep * mesh.etp > 1):
+        yield error("trainer.mesh", f"{key}=true with trainer.backend=megatron, tp={mesh.tp}, ep={mesh.ep}, "
+                                    f"etp={mesh.etp}",
+                    "The Megatron trainer replays routes (model/megatron/routes.py) and slices them to a TP rank's "
+                    "sequence-parallel chunk, but that is tested on one model-parallel rank only (data parallel "
+                    "needs nothing more: each rank gets its shard's routes); TP+SP and EP runs are not yet checked.",
+                    f"Use trainer.mesh.tp=1, ep=1, etp=1 (data parallel only) or trainer.backend=hf, or set {key}=false.")
 
 
 ROUTES_WARN_SHARE = 0.5

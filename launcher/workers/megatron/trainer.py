@@ -27,8 +27,10 @@ from launcher.workers.registry import TRAINERS
 from launcher.workers.trainer_base import TrainerBase, clip_grad_norm, tagged
 from model.megatron import token_logprobs
 from model.megatron.entropy import token_entropy
+from model.megatron.moe import MoE
 from model.megatron.optim import reduce_grads, sum_grads_without_ddp
-from model.megatron.parallel import tp_size
+from model.megatron.parallel import tp_rank, tp_size
+from model.megatron.routes import RouteSlot, packed_routes
 from model.megatron.weights import hf_stream
 
 
@@ -59,7 +61,30 @@ class MegatronTrainer(TrainerBase):
         self.mover = DeviceMover(self.model, *((self.runner, self.optimizer) if self.megatron_ddp else ()),
                                  optimizer_on_host=self.cfg.trainer.optimizer.cpu_offload)
         megatron_model.release_cached_blocks(self.device)
+        self._attach_route_slot()
         self.progress.phase("ready")
+
+    def _attach_route_slot(self) -> None:
+        """algorithm.routing_replay / routing_agreement: one RouteSlot on every MoE block."""
+        alg = self.cfg.algorithm
+        self.route_slot, self.moes = None, [m for m in self.model.modules() if isinstance(m, MoE)]
+        if not (alg.routing_replay or alg.routing_agreement):
+            return
+        self.route_slot = RouteSlot(replay=alg.routing_replay)
+        for index, moe in enumerate(self.moes):
+            moe.moe_index, moe.route_slot = index, self.route_slot
+
+    def _routes(self, shard: TrainShard, batch: PackedBatch, count: bool) -> AbstractContextManager:
+        if getattr(self, "route_slot", None) is None or shard.routes is None:
+            return super()._routes(shard, batch, count)
+        grid = packed_routes(shard.routes, batch.rows, shard.sequences, batch.ids_T.shape[0], len(self.moes),
+                             self.moes[0].topk)
+        if tp_size() > 1:  # the MoE blocks see this rank's 1/tp of the stream (sequence parallel)
+            grid = grid.chunk(tp_size())[tp_rank()]
+        return self.route_slot.active(grid, count)
+
+    def _route_counts(self) -> dict[str, float]:
+        return self.route_slot.counts() if getattr(self, "route_slot", None) is not None else {}
 
     def _micro_batches(self, shard: TrainShard) -> list[PackedBatch]:
         return pack_shard(shard.sequences, shard.prompt_lens, self.pad_id, self.cfg.trainer.max_tokens_per_microbatch,
