@@ -39,11 +39,15 @@ address="$head_ip:{port}"
 # run directory (which every node sees); srun passes the environment to each node's `ray start`.
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={run_dir}/.ray_auth_token.$SLURM_JOB_ID
 (umask 077 && {python} -c "import secrets; print(secrets.token_hex(32))" > "$RAY_AUTH_TOKEN_PATH")
+# Ray's session files (and the ray_current_cluster address file, which a later plain `ray.init()`
+# on the node would join) in a folder of this job's, not the node's shared /tmp/ray.
+ray_tmp=/tmp/ray_job_$SLURM_JOB_ID
 
 stop_ray() {{  # on every node, however the run ended: the allocation is this job's alone (--exclusive)
   srun --overlap --nodes={nodes} --ntasks-per-node=1 {ray} stop --force >/dev/null 2>&1
   wait
   rm -f "$RAY_AUTH_TOKEN_PATH"
+  srun --overlap --nodes={nodes} --ntasks-per-node=1 rm -rf "$ray_tmp" >/dev/null 2>&1
 }}
 trap stop_ray EXIT
 
@@ -62,11 +66,11 @@ print(sum(n['Alive'] for n in ray.nodes()))" 2>/dev/null | tail -n 1)
 }}
 
 srun --overlap --nodes=1 --ntasks=1 -w "${{nodes[0]}}" {ray} start --head --node-ip-address="$head_ip" \\
-  --port={port} --num-gpus={gpus} --disable-usage-stats --block &
+  --port={port} --num-gpus={gpus} --temp-dir="$ray_tmp" --disable-usage-stats --block &
 wait_for_nodes 1
 for node in "${{nodes[@]:1}}"; do
   srun --overlap --nodes=1 --ntasks=1 -w "$node" {ray} start --address="$address" --num-gpus={gpus} \\
-    --disable-usage-stats --block &
+    --temp-dir="$ray_tmp" --disable-usage-stats --block &
 done
 wait_for_nodes {nodes}
 

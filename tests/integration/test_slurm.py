@@ -14,6 +14,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(slurm_cluster.missing() is no
                                                   reason=slurm_cluster.missing() or "")]
 ROOT = Path(__file__).resolve().parents[2]
 RAY_DAEMONS = ("raylet", "gcs_server")
+ADDRESS_FILE = Path("/tmp/ray/ray_current_cluster")
+"""Where a default `ray start --head` records its address: a later plain `ray.init()` on the machine
+joins that cluster (or fails if it is gone). The job's Ray keeps it in its own temp dir."""
+
+
+def _address_file_stamp() -> float | None:
+    return ADDRESS_FILE.stat().st_mtime if ADDRESS_FILE.exists() else None
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +54,7 @@ def _wait_for(check, timeout_s: float, what: str) -> None:
 
 
 def test_the_batch_script_trains_on_the_allocation_and_stops_ray(slurm, tmp_path):
-    script = _script(slurm, tmp_path, "run.steps=2")
+    script, stamp = _script(slurm, tmp_path, "run.steps=2"), _address_file_stamp()
     job = _submit(slurm, script)
     assert slurm.wait_for_end(job, timeout_s=300) == "COMPLETED", (script.parent / f"slurm-{job}.out").read_text()[-3000:]
     out = (script.parent / f"slurm-{job}.out").read_text()
@@ -55,10 +62,11 @@ def test_the_batch_script_trains_on_the_allocation_and_stops_ray(slurm, tmp_path
     assert (script.parent / "checkpoints" / "step_000002" / "COMPLETE").is_file()
     assert list(script.parent.glob(".ray_auth_token.*")) == []  # the job's token goes with it
     _wait_for(lambda: not _ray_daemons(), 30, "end of the job's Ray daemons")
+    assert _address_file_stamp() == stamp
 
 
 def test_scancel_stops_the_run_and_leaves_no_ray(slurm, tmp_path):
-    script = _script(slurm, tmp_path, "run.steps=500")
+    script, stamp = _script(slurm, tmp_path, "run.steps=500"), _address_file_stamp()
     job = _submit(slurm, script)
     metrics = script.parent / "metrics.jsonl"
     _wait_for(lambda: metrics.exists() and '"step_s"' in metrics.read_text(), 240, "first step")
@@ -66,6 +74,7 @@ def test_scancel_stops_the_run_and_leaves_no_ray(slurm, tmp_path):
     slurm.run("scancel", job)
     assert slurm.wait_for_end(job, timeout_s=60) == "CANCELLED"
     _wait_for(lambda: not _ray_daemons(), 60, "end of the cancelled job's Ray daemons")
+    assert _address_file_stamp() == stamp  # nothing a later ray.init() on this machine would join
 
 
 @pytest.mark.parametrize("overrides, lacking", [
