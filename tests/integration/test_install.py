@@ -39,8 +39,8 @@ import contextlib, io, sys
 from launcher.__main__ import main
 from launcher.config.files import available
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # plan's `wrote ...`
-    codes = {"validate --all": main(["validate", "--all"])}
-    codes.update({r: main(["plan", f"recipe={r}"]) for r in sorted(available("recipe"))})
+    codes = {"validate --all": int(main(["validate", "--all"]))}
+    codes.update({r: int(main(["plan", f"recipe={r}"])) for r in sorted(available("recipe"))})
 print(codes)
 print(sorted({"torch", "ray", "vllm", "megatron", "transformers"} & set(sys.modules)))
 """
