@@ -26,6 +26,12 @@ UNK_TEXT = "\ufffd"
 CHARS = "0123456789abcdefghijklmnopqrstuvwxyz =+-*/#.,:;?!()$%'\"\n<>"
 
 
+
+def cut_at_eos(ids: list[int], eos_ids) -> list[int]:
+    """The ids before the first of any EOS id (a response's text ends there)."""
+    stops = [ids.index(e) for e in eos_ids if e in ids]
+    return ids[: min(stops)] if stops else ids
+
 class Tokenizer(Protocol):
     pad_id: int
     eos_id: int
@@ -127,10 +133,7 @@ class HfTokenizer:
         return self._tok(texts, add_special_tokens=False)["input_ids"]
 
     def decode(self, ids: list[int]) -> str:
-        stops = [ids.index(e) for e in self.eos_ids if e in ids]
-        if stops:
-            ids = ids[: min(stops)]
-        return self._tok.decode(ids, skip_special_tokens=True)
+        return self._tok.decode(cut_at_eos(ids, self.eos_ids), skip_special_tokens=True)
 
     def chat_text(self, messages: list[dict]) -> str:
         return self._tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -179,10 +182,7 @@ class TemplateTokenizer:
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: list[int]) -> str:
-        stops = [ids.index(e) for e in self.eos_ids if e in ids]
-        if stops:
-            ids = ids[: min(stops)]
-        return self._tok.decode(ids, skip_special_tokens=True)
+        return self._tok.decode(cut_at_eos(ids, self.eos_ids), skip_special_tokens=True)
 
     def chat_text(self, messages: list[dict]) -> str:
         if not self.chat_template:
