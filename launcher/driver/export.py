@@ -43,6 +43,21 @@ def _check_paths(checkpoint: Path, out: Path) -> None:
         raise ExportError(f"{out} exists and is not empty; give a new folder")
 
 
+def _check_space(out: Path, plan, adapter: bool) -> None:
+    """Room for the export before any of it is written: the plan's sync bytes are exactly the
+    tensors the trainers stream out (the merged model, or the adapter), with the checkpoint
+    writer's margin for the files copied from the base folder."""
+    from launcher.driver.checkpoint import GIB, SPACE_MARGIN
+
+    root = next(p for p in [out, *out.parents] if p.exists())
+    need, have = plan.sync.bytes_per_engine * SPACE_MARGIN, shutil.disk_usage(root).free
+    if have < need:
+        what = "the LoRA adapter" if adapter else "the merged model"
+        hint = "" if adapter else "; or export the adapter alone with --adapter"
+        raise ExportError(f"{out}: {what} needs {need / GIB:.1f} GiB, {root} has {have / GIB:.1f} GiB free "
+                          f"(nothing was written). Free space there or give a folder on a larger disk{hint}")
+
+
 def _stream_into(trainers, writer) -> int:
     """Pull the trainers' weight stream bucket by bucket into `writer`; returns tensors written."""
     import ray
@@ -138,6 +153,7 @@ def export(checkpoint: str, out: str, adapter: bool, extra: list[str]) -> int:
     if any(f.severity == "error" for f in findings):
         sys.stderr.write(findings_text(findings, "refusing to export: "))
         return ExitCode.REFUSED
+    _check_space(out_dir, plan, adapter)
     staging = out_dir.parent / f".{out_dir.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

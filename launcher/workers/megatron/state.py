@@ -3,7 +3,8 @@
 Megatron 0.19.2 has the RL hooks for this: its DDP buffers (weights viewed into them by the
 distributed optimizer, and grads) and its optimizer states move with offload_to_cpu /
 reload_from_cpu / restore_from_cpu. Weights outside those buffers (a LoRA model's frozen
-base, buffers such as the router bias) move by swapping `.data`.
+base, buffers such as the router bias) move by swapping `.data` into reused pinned host
+buffers (launcher/workers/pinned.py): with LoRA they are nearly all of the rank's bytes.
 The optimizer goes first: the distributed optimizer's main params of fp32 weights (the
 router) are views into the DDP param buffer, and copying them after the buffer's storage
 is freed fails on the GPU with "CUDA error: invalid argument". Once copied they no longer
@@ -13,6 +14,8 @@ buffer after each step.
 from contextlib import contextmanager
 
 import torch
+
+from launcher.workers.pinned import PinnedHost
 
 
 class DeviceMover:
@@ -25,7 +28,7 @@ class DeviceMover:
         buffers = (ddp.buffers + ddp.expert_parallel_buffers) if ddp is not None else []
         self.ddp_buffers = buffers
         in_buffers = {id(p) for b in buffers if b.param_data is not None for p in b.params}
-        self.loose = [t for t in [*model.parameters(), *model.buffers()] if id(t) not in in_buffers]
+        self.loose = PinnedHost([t for t in [*model.parameters(), *model.buffers()] if id(t) not in in_buffers])
         self.device = next(model.parameters()).device
 
     def to_host(self) -> None:
@@ -36,8 +39,7 @@ class DeviceMover:
             self.optimizer.offload_to_cpu()
         for buffer in self.ddp_buffers:
             buffer.offload_to_cpu(move_params=True, move_grads=True)
-        for tensor in self.loose:
-            tensor.data = tensor.data.to("cpu", non_blocking=False)
+        self.loose.to_host()
         torch.cuda.empty_cache()
 
     def to_device(self) -> None:
@@ -47,9 +49,7 @@ class DeviceMover:
             buffer.reload_from_cpu(move_params=True, move_grads=True)
         if self.optimizer is not None:
             self.optimizer.restore_from_cpu()
-        for tensor in self.loose:
-            tensor.data = tensor.data.to(self.device)
-        torch.cuda.synchronize()
+        self.loose.to_device(self.device)
 
 
 @contextmanager
