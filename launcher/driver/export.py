@@ -44,16 +44,18 @@ def _check_paths(checkpoint: Path, out: Path) -> None:
 
 
 def _check_space(out: Path, plan, adapter: bool) -> None:
-    """Room for the export before any of it is written: the plan's sync bytes are exactly the
-    tensors the trainers stream out (the merged model, or the adapter), with the checkpoint
-    writer's margin for the files copied from the base folder."""
+    """Room for the export before any of it is written: the plan's export size (the tensors the
+    trainers stream out: the merged model, or the adapter) with the checkpoint writer's margin
+    for the files copied from the base folder."""
     from launcher.driver.checkpoint import GIB, SPACE_MARGIN
 
     root = next(p for p in [out, *out.parents] if p.exists())
-    need, have = plan.sync.bytes_per_engine * SPACE_MARGIN, shutil.disk_usage(root).free
+    need = (plan.sync.export_adapter_bytes if adapter else plan.sync.export_model_bytes) * SPACE_MARGIN
+    have = shutil.disk_usage(root).free
     if have < need:
-        what = "the LoRA adapter" if adapter else "the merged model"
-        hint = "" if adapter else "; or export the adapter alone with --adapter"
+        lora = plan.sync.export_adapter_bytes > 0
+        what = "the LoRA adapter" if adapter else "the merged model" if lora else "the model"
+        hint = "; or export the adapter alone with --adapter" if lora and not adapter else ""
         raise ExportError(f"{out}: {what} needs {need / GIB:.1f} GiB, {root} has {have / GIB:.1f} GiB free "
                           f"(nothing was written). Free space there or give a folder on a larger disk{hint}")
 

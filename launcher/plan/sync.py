@@ -145,6 +145,10 @@ class SyncPlan:
     bucket buffer): >= largest tensor and the bucket."""
     transport: str = HOST
     """How buckets reach the engines (bucket_transport): the trainer group applies it."""
+    export_model_bytes: int = 0
+    """What `launcher export` writes for the whole model (LoRA merged): every weight in the model dtype."""
+    export_adapter_bytes: int = 0
+    """What `launcher export --adapter` writes: the LoRA adapter in the model dtype (0 without LoRA)."""
 
 
 def sync_kind(cfg: LauncherConfig) -> SyncKind:
@@ -173,4 +177,5 @@ def plan_sync(cfg: LauncherConfig, params: ParamCounts, lora: LoraPlan, trainer_
     largest, which = largest_tensor_elements(cfg.model.arch)
     return SyncPlan(kind=kind, bytes_per_engine=int(nbytes), gib_per_engine=nbytes / GIB, link=link, seconds=seconds,
                     largest_tensor_bytes=largest * dtype, largest_tensor=which,
-                    transfer_buffer_bytes=transfer_buffer_bytes(cfg), transport=transport)
+                    transfer_buffer_bytes=transfer_buffer_bytes(cfg), transport=transport,
+                    export_model_bytes=params.total * dtype, export_adapter_bytes=lora.params_total * dtype)
