@@ -3,7 +3,7 @@ GRPO with eval every 2 steps and a checkpoint every 2, Ctrl-C (SIGINT) after ste
 `run.resume=auto` to step 6, `python -m launcher export`, and the exported folder's
 log-probs through `from_pretrained` against the trainer's own, read from the same checkpoint.
 
-    python benchmarks/main_job.py OUT_DIR [--profile slice4|tiny] [--from-checkpoint]
+    python benchmarks/main_job.py OUT_DIR [--profile slice4|tiny] [--from-checkpoint] [OVERRIDE ...]
 
 slice4 is the 4-layer GLM-5.3-Flash slice (23.8B parameters, all 288 experts) on one H200:
 colocated Megatron trainer + hf engine, LoRA with merged sync. --from-checkpoint first writes
@@ -147,7 +147,8 @@ def memory_by_phase(run: dict) -> dict[str, dict[str, float]]:
 
 
 def step_table(metrics: Path) -> list[dict]:
-    keys = ("step", "gen_s", "train_s", "sync_s", "step_s", "reward")
+    keys = ("step", "gen_s", "train_s", "sync_s", "step_s", "reward", "logprob_abs_diff_mean", "logprob_abs_diff_max",
+            "rollout_kl", "routing_agreement")
     return [{k: row.get(k) for k in keys} for row in _rows(metrics) if "step_s" in row]
 
 
@@ -209,17 +210,18 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="slice4")
     parser.add_argument("--from-checkpoint", action="store_true")
+    parser.add_argument("overrides", nargs="*", help="more launcher overrides (e.g. algorithm.routing_replay=true)")
     args = parser.parse_args()
     out, name = args.out.resolve(), f"main_{args.profile}{'_ckpt' if args.from_checkpoint else ''}"
     out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"profile": args.profile, "from_checkpoint": args.from_checkpoint}
+    report: dict = {"profile": args.profile, "from_checkpoint": args.from_checkpoint, "overrides": args.overrides}
     extra = []
     if args.from_checkpoint:
         t0 = time.time()
         checkpoint = write_checkpoint(out / "hf_checkpoint", args.profile)
         report["checkpoint_write_s"] = time.time() - t0
         extra = [f"model.hf_path={checkpoint}", "model.tokenizer_path=null"]
-    overrides = [*BASE, *PROFILES[args.profile], *extra, f"run.output_dir={out / 'runs'}", f"run.name={name}"]
+    overrides = [*BASE, *PROFILES[args.profile], *extra, *args.overrides, f"run.output_dir={out / 'runs'}", f"run.name={name}"]
     run_dir = out / "runs" / name
     first = launcher(*overrides, log=out / f"{name}_first.log", interrupt_after=INTERRUPT_AFTER)
     report["first"] = _summary(first, run_dir)
