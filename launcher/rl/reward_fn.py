@@ -26,6 +26,7 @@ stderr (the error and the start of the response).
 """
 import copy
 import importlib
+import inspect
 import math
 import re
 import sys
@@ -41,6 +42,8 @@ REWARD_TIMEOUT_S = 5.0
 LOGGED_ERRORS = 5
 RESPONSE_CHARS = 120
 KEY = "data.reward_fn"
+KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
+"""What every call passes, by keyword (verl's signature)."""
 SPEC = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<function>[A-Za-z_]\w*)$")
 
 
@@ -98,7 +101,7 @@ def load_reward_fn(spec: str) -> Callable:
     module_name, function = split_spec(spec)
     try:
         module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - any import-time failure of user code, reported with its cause
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - any import-time failure of user code, with its cause
         raise RewardFnError(f"{KEY}={spec!r}: cannot import module {module_name!r} "
                             f"({type(err).__name__}: {err}); it is looked up on the driver's sys.path "
                             "(the current directory and PYTHONPATH)") from err
@@ -108,7 +111,22 @@ def load_reward_fn(spec: str) -> Callable:
                             f"has no attribute {function!r}")
     if not callable(fn):
         raise RewardFnError(f"{KEY}={spec!r}: {module_name}.{function} is a {type(fn).__name__}, not a function")
+    if (problem := _signature_problem(fn)) is not None:
+        raise RewardFnError(f"{KEY}={spec!r}: {module_name}.{function} cannot be called with verl's keywords "
+                            f"{', '.join(KEYWORDS)} ({problem}): every call would raise and score 0")
     return fn
+
+
+def _signature_problem(fn: Callable) -> str | None:
+    """Why fn cannot take the keywords every call passes, or None (also when it has no
+    signature to read, such as a C function: its calls will tell)."""
+    try:
+        inspect.signature(fn).bind(**dict.fromkeys(KEYWORDS))
+    except TypeError as err:
+        return str(err)
+    except ValueError:
+        return None
+    return None
 
 
 @dataclass(frozen=True)

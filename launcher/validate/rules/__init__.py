@@ -9,8 +9,10 @@ from launcher.validate.rules import (  # noqa: F401
     mesh,
     model,
     recompute,
+    reward,
     routing,
     runtime,
     sequence,
     storage,
+    tokenizer,
 )

@@ -1,6 +1,4 @@
 """Model-level rules: trainable parts, HF constraints, the checkpoint folder and its config."""
-import functools
-import json
 from pathlib import Path
 
 from launcher.config.checkpoint_config import (
@@ -12,11 +10,8 @@ from launcher.config.checkpoint_config import (
     trainer_builds,
     weight_problems,
 )
-from launcher.paths import resolve_data_path
 from launcher.plan.arch import DSA, KDA
 from launcher.validate.registry import error, rule
-
-TOKENIZER_FILE = "tokenizer.json"
 
 
 @rule("MODEL001")
@@ -148,39 +143,3 @@ def arch_matches_checkpoint(cfg, plan):
                 "value would describe a model that is not the one trained.",
                 f"Remove {names} from model.arch (descriptor model.name={m.name}, the recipe or the command line) "
                 "or use a descriptor without arch; the checkpoint's config is the architecture.")
-
-
-@rule("MODEL007")
-def tokenizer_fits(cfg, plan):
-    """model.tokenizer_path is a tokenizer folder whose ids fit the embedding (an id past
-    model.arch.vocab_size would index past it mid-rollout)."""
-    path = cfg.model.tokenizer_path
-    if path is None:
-        return
-    folder = resolve_data_path(path)
-    if not (folder / TOKENIZER_FILE).is_file():
-        yield error("model.tokenizer_path", f"model.tokenizer_path={path}: no {TOKENIZER_FILE} in {folder}",
-                    "Every process of the run loads the tokenizer from that folder (transformers' fast tokenizer "
-                    "file).", "Point it at a folder save_pretrained wrote (tokenizer.json, tokenizer_config.json), "
-                    "or null for the checkpoint's or the built-in character tokenizer.")
-        return
-    ids = tokenizer_id_count(folder / TOKENIZER_FILE)
-    if ids > cfg.model.arch.vocab_size:
-        yield error("model.tokenizer_path",
-                    f"model.tokenizer_path={path} has {ids} token ids, more than model.arch.vocab_size="
-                    f"{cfg.model.arch.vocab_size}", "Ids past the vocabulary have no embedding row; the first "
-                    "prompt holding one would fail inside the forward.",
-                    f"Raise model.arch.vocab_size to at least {ids}, or use a tokenizer with fewer ids.")
-
-
-@functools.lru_cache(maxsize=8)
-def _id_count(file: Path, mtime: float) -> int:
-    data = json.loads(file.read_text())
-    ids = [*data.get("model", {}).get("vocab", {}).values(), *(t["id"] for t in data.get("added_tokens", []))]
-    return max(ids, default=-1) + 1
-
-
-def tokenizer_id_count(file: Path) -> int:
-    """1 + the largest id in a tokenizer.json (vocabulary and added tokens); cached per file
-    version, since sweeps validate the same folder at every point."""
-    return _id_count(file, file.stat().st_mtime)

@@ -9,6 +9,7 @@ import os
 import random
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -23,6 +24,7 @@ from launcher.workers.hf.compute import logits_of, target_logprobs
 from launcher.workers.hf.model import VISION_PREFIX, build_model, language_items, language_state
 from launcher.workers.hf.names import checkpoint_adapter_items, checkpoint_items
 from launcher.workers.hf.routing import RouteReplay, routes_grid
+from launcher.workers.integrity import has_record, mismatch, read_records, write_record
 from launcher.workers.registry import TRAINERS
 from launcher.workers.trainer_base import TrainerBase, clip_grad_norm, tagged
 
@@ -128,24 +130,29 @@ class HfTrainer(TrainerBase):
         yield from tagged("adapter", checkpoint_adapter_items(base, lora.adapter_state(self.model).items()))
 
     def save_checkpoint(self, path: str, async_write: bool = False) -> None:
-        """Rank 0: weights (or adapter) and optimizer; every rank: its RNG states. All of it
-        loads with torch.load(weights_only=True) (Python's RNG state is a tuple of ints).
-        Written at once whatever `async_write` says: the hf backend's models are small."""
+        """Rank 0: weights (or adapter) and optimizer; every rank: its RNG states and its
+        integrity record of them (workers/integrity.py). All of it loads with
+        torch.load(weights_only=True) (Python's RNG state is a tuple of ints). Written at
+        once whatever `async_write` says: the hf backend's models are small."""
         os.makedirs(path, exist_ok=True)
+        written = [os.path.join(path, f"rng_rank{self.rank}.pt")]
         if self.rank == 0:
             weights = lora.adapter_state(self.model) if self.lora else language_state(self.model)
-            torch.save(_to_cpu(weights), os.path.join(path, "model.pt"))
-            torch.save(self.optimizer.state_dict(), os.path.join(path, "optimizer.pt"))
-        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()},
-                   os.path.join(path, f"rng_rank{self.rank}.pt"))
+            written += [os.path.join(path, "model.pt"), os.path.join(path, "optimizer.pt")]
+            torch.save(_to_cpu(weights), written[1])
+            torch.save(self.optimizer.state_dict(), written[2])
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, written[0])
+        write_record(path, self.rank, [Path(f) for f in written])
 
     def finalize_checkpoint(self) -> float:
         """Nothing runs in the background here (save_checkpoint writes at once)."""
         return 0.0
 
-    def load_checkpoint(self, path: str) -> None:
-        """Raises DamagedCheckpointError naming the file when one is missing, cut short or
-        not a checkpoint tensor file."""
+    def load_checkpoint(self, path: str) -> str | None:
+        """Raises DamagedCheckpointError naming the file when one is missing, cut short, not
+        a checkpoint tensor file, or not what its writer recorded. Returns a note for the
+        driver when the checkpoint predates the integrity record (its files go unchecked)."""
+        note = _check_record(path, self.rank)
         weights = _read(os.path.join(path, "model.pt"), self.device)
         if self.lora:
             lora.load_adapter(self.model, weights)
@@ -160,6 +167,7 @@ class HfTrainer(TrainerBase):
             rng = _read(rng_file, torch.device("cpu"))
             torch.set_rng_state(rng["torch"])
             random.setstate(rng["python"])
+        return note
 
     def offload(self) -> None:
         """Colocation: free the device for the engines (a no-op when the device is the CPU)."""
@@ -182,6 +190,26 @@ class HfTrainer(TrainerBase):
 
 def _to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu") for k, v in tensors.items()}
+
+
+def _check_record(path: str, rank: int) -> str | None:
+    """The files this rank reads against the integrity record of the rank that wrote each
+    (rank 0: model and optimizer; each rank its RNG states, absent when the run had fewer
+    ranks); DamagedCheckpointError naming the first that differs."""
+    if not has_record(path):
+        return f"{path}: no integrity record (written before it existed): its files are not checked"
+    writers = {"model.pt": 0, "optimizer.pt": 0}
+    if os.path.exists(os.path.join(path, f"rng_rank{rank}.pt")):
+        writers[f"rng_rank{rank}.pt"] = rank
+    listed, problems = read_records(path, sorted(set(writers.values())))
+    for name, writer in writers.items():
+        if name not in listed:
+            problems.append(f"{Path(path) / name} is not in the integrity record of rank {writer}")
+        elif (problem := mismatch(Path(path) / name, listed[name])) is not None:
+            problems.append(problem)
+    if problems:
+        raise DamagedCheckpointError(problems[0])
+    return None
 
 
 def _read(file: str, device: torch.device):

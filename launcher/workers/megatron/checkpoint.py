@@ -5,7 +5,7 @@ One folder, torch.distributed.checkpoint's format (DCP) plus two small JSON part
     .metadata, __<rank>_<i>.distcp   DCP: every tensor under its key with its WHOLE (global) shape;
                                      each rank writes only the chunks it owns
     trainer.json                     kind (full | lora), the base it adapts, mesh, optimizer step
-    integrity/rank<r>.json           size and crc32 of each file rank r wrote
+    integrity/rank<r>.json           size and crc32 of each file rank r wrote (workers/integrity.py)
 
 Keys. A later tool (`launcher export`) reads one whole tensor by key without a process
 group: `read_tensor(path, key)`, i.e. DCP's `load({key: empty(global shape)}, no_dist=True)`.
@@ -50,7 +50,6 @@ import json
 import os
 import threading
 import time
-import zlib
 from itertools import product
 from math import prod
 from pathlib import Path
@@ -68,13 +67,12 @@ from torch.distributed.checkpoint import DefaultLoadPlanner, DefaultSavePlanner,
 
 from launcher.contract.base_identity import base_fingerprint
 from launcher.contract.errors import CheckpointError, CheckpointMismatchError
+from launcher.workers.integrity import mismatch, read_records, write_json, write_record
 from model.megatron.shards import shard_splits
 
 FORMAT = "glm-megatron-dcp/1"
 META = "trainer.json"
-INTEGRITY = "integrity"
 DCP_METADATA = ".metadata"
-CRC_BLOCK = 16 << 20
 
 
 # ---------------------------------------------------------------- what a checkpoint is of
@@ -406,34 +404,14 @@ def _group():
     return _GROUP["group"]
 
 
-def _crc32(file: Path) -> int:
-    crc = 0
-    with open(file, "rb") as f:
-        while block := f.read(CRC_BLOCK):
-            crc = zlib.crc32(block, crc)
-    return crc
-
-
 def _write(path: str, chunks: _Chunks, group) -> float:
     """DCP save of `chunks` (a collective over `group`) and this rank's integrity list."""
     start = time.perf_counter()
     dcp.save(chunks.dcp_state(), storage_writer=FileSystemWriter(path, sync_files=True),
              planner=DefaultSavePlanner(flatten_state_dict=False, flatten_sharded_tensors=False), process_group=group)
     rank = dist.get_rank(group)
-    files = sorted(Path(path).glob(f"__{rank}_*.distcp"))
-    listing = {f.name: {"bytes": f.stat().st_size, "crc32": _crc32(f)} for f in files}
-    os.makedirs(os.path.join(path, INTEGRITY), exist_ok=True)
-    _write_json(os.path.join(path, INTEGRITY, f"rank{rank}.json"), listing)
+    write_record(path, rank, list(Path(path).glob(f"__{rank}_*.distcp")))
     return time.perf_counter() - start
-
-
-def _write_json(file: str, value) -> None:
-    tmp = f"{file}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, file)
 
 
 class PendingWrite:
@@ -471,7 +449,7 @@ def save(path: str, model, optimizer, ident: dict, async_write: bool = False) ->
     if dist.get_rank() == 0:
         mesh = {"tp": ps.get_tensor_model_parallel_world_size(), "ep": ps.get_expert_model_parallel_world_size(),
                 "etp": ps.get_expert_tensor_parallel_world_size(), "dp": ps.get_data_parallel_world_size()}
-        _write_json(os.path.join(path, META), {
+        write_json(os.path.join(path, META), {
             "format": FORMAT, **ident, "world": dist.get_world_size(), "mesh": mesh, "optimizer_step": step,
             "optimizer": "distributed" if _is_distributed(optimizer) else type(optimizer).__name__})
     stats = {"bytes": chunks.nbytes()}
@@ -517,19 +495,14 @@ def _check_files(path: str, metadata, meta: dict, group) -> None:
             problems.append(f"{file} is missing")
         elif file.stat().st_size < length:
             problems.append(f"{file} is {file.stat().st_size} bytes, DCP's index reads up to byte {length} (cut short)")
-    listed = {}
-    for writer in range(meta["world"]):
-        file = Path(path) / INTEGRITY / f"rank{writer}.json"
-        try:
-            listed.update(json.loads(file.read_text()))
-        except (OSError, ValueError) as err:
-            problems.append(f"{file} is missing or damaged ({type(err).__name__})")
+    listed, unreadable = read_records(path, range(meta["world"]))
+    problems += unreadable
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     for i, name in enumerate(sorted(needed)):
         file = Path(path) / name
         if i % world == rank and name in listed and file.is_file() and not problems:
-            if file.stat().st_size != listed[name]["bytes"] or _crc32(file) != listed[name]["crc32"]:
-                problems.append(f"{file} does not match the size and crc32 its writer recorded (damaged)")
+            if (problem := mismatch(file, listed[name])) is not None:
+                problems.append(problem)
     every = [None] * world
     dist.all_gather_object(every, problems, group=group)
     found = sorted({p for rank_problems in every for p in rank_problems})

@@ -72,6 +72,9 @@ def test_truncated_model_file_fails_the_load_naming_it(tmp_path, hf):
     _saved(tmp_path, hf, steps=(2,))
     model = tmp_path / "step_000002" / "trainer" / "model.pt"
     _truncate(model)
+    with pytest.raises(DamagedCheckpointError, match=rf"^{model} does not match the size and crc32"):
+        hf.call("load_checkpoint", str(model.parent))
+    shutil.rmtree(model.parent / "integrity")  # a checkpoint from before the record: torch.load's error, named
     with pytest.raises(DamagedCheckpointError, match=rf"{model} is damaged or unreadable \(RuntimeError: ") as err:
         hf.call("load_checkpoint", str(model.parent))
     assert len(str(err.value).splitlines()) == 1
@@ -248,3 +251,49 @@ def test_a_full_disk_fails_the_save_cleanly(tiny_disk):
     with pytest.raises(CheckpointError, match=rf"^no space left on {tiny_disk}: need 0.00\d+ GiB, have 0.000\d+ GiB"):
         ckpt.save(Writes(2**20), DriverState(step=8))
     assert [p.name for p in ckpt.complete()] == ["step_000006"] and _leftovers(tiny_disk) == []
+
+
+# ----------------------------------------------------------------------------- integrity record
+
+
+def _flip_middle_byte(file: Path) -> None:
+    """One bit pattern changed inside the tensor data: same size, still a valid zip and pickle."""
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_is_refused_at_resume_naming_the_file(tmp_path, hf, capsys):
+    ckpt = _saved(tmp_path, hf)
+    newest = tmp_path / "step_000004"
+    model = newest / "trainer" / "model.pt"
+    _flip_middle_byte(model)
+    torch.load(model, weights_only=True)  # torch's own reader takes the damage: only the record can tell
+    assert resolve_resume("auto", ckpt) == newest  # the size is right: the driver's files.json cannot tell either
+    with pytest.raises(ResumeError, match=rf"checkpoint {newest} could not be loaded: DamagedCheckpointError: "
+                                          rf"{model} does not match the size and crc32 its writer recorded"):
+        restore(hf, ckpt, newest, fallback=False)
+    assert restore(hf, ckpt, newest, fallback=True) == tmp_path / "step_000002"
+    assert f"skipping {newest}: a trainer rank could not load it (DamagedCheckpointError: {model}" in capsys.readouterr().err
+
+
+def test_each_rank_records_what_it_wrote(tmp_path, hf):
+    hf.call("save_checkpoint", str(tmp_path))
+    record = json.loads((tmp_path / "integrity" / "rank0.json").read_text())
+    assert sorted(record) == ["model.pt", "optimizer.pt", "rng_rank0.pt"]
+    assert record["model.pt"]["bytes"] == (tmp_path / "model.pt").stat().st_size
+
+
+def test_a_missing_record_of_a_recorded_checkpoint_is_damage(tmp_path, hf):
+    hf.call("save_checkpoint", str(tmp_path))
+    record = tmp_path / "integrity" / "rank0.json"
+    record.write_text("{")
+    with pytest.raises(DamagedCheckpointError, match=rf"^{record} is missing or damaged \(JSONDecodeError\)"):
+        hf.call("load_checkpoint", str(tmp_path))
+
+
+def test_a_checkpoint_from_before_the_record_loads_with_a_note(tmp_path, hf):
+    hf.call("save_checkpoint", str(tmp_path))
+    shutil.rmtree(tmp_path / "integrity")
+    assert hf.call("load_checkpoint", str(tmp_path)) == [f"{tmp_path}: no integrity record (written before it "
+                                                         "existed): its files are not checked"]

@@ -279,13 +279,32 @@ def test_rule_fails_missing_or_malformed(spec, message):
 
 
 @pytest.mark.slow
-def test_validate_cli_never_imports_the_module(tmp_path, cli):
+def test_validate_cli_imports_the_module_in_a_child_process(tmp_path, cli):
     """`python -m launcher validate` from the folder holding the module (the current folder is on
-    the path): found, and its import-time code never runs."""
+    the path): found (DATA003), then imported as the run's start would, in a child process
+    (DATA010): its SystemExit is a finding naming it, not validate's own exit."""
     marker = tmp_path / "imported.txt"
     (tmp_path / "my_rewards.py").write_text(EXPLODES.format(marker=str(marker)))
-    ok = cli("validate", "recipe=tiny_grpo", "data.reward_fn=my_rewards:compute_score", cwd=tmp_path)
+    (tmp_path / "good_rewards.py").write_text("def compute_score(data_source, solution_str, ground_truth, "
+                                             "extra_info=None):\n    return 1.0\n")
+    exits = cli("validate", "recipe=tiny_grpo", "data.reward_fn=my_rewards:compute_score", cwd=tmp_path)
+    assert exits.returncode == 1 and "[ERROR DATA010] data.reward_fn" in exits.stdout, exits.stdout + exits.stderr
+    assert "cannot import module 'my_rewards' (SystemExit: user code ran)" in exits.stdout
+    assert marker.exists()  # the child ran it
+    ok = cli("validate", "recipe=tiny_grpo", "data.reward_fn=good_rewards:compute_score", cwd=tmp_path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert not marker.exists()
     bad = cli("validate", "recipe=tiny_grpo", "data.reward_fn=other_rewards:compute_score", cwd=tmp_path)
     assert bad.returncode == 1 and "DATA003" in bad.stdout and "other_rewards" in bad.stdout
+    assert "DATA010" not in bad.stdout
+
+
+def test_the_import_check_never_imports_into_validates_process(tmp_path, monkeypatch):
+    from launcher.validate.rules.reward import reward_fn_loads
+
+    marker = tmp_path / "imported.txt"
+    (tmp_path / "child_only_rewards.py").write_text(EXPLODES.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (found,) = reward_fn_loads(compose(["recipe=tiny_grpo", "data.reward_fn=child_only_rewards:fn"]).config, None)
+    assert found.id == "DATA010" and "SystemExit: user code ran" in found.message
+    assert marker.exists() and "child_only_rewards" not in sys.modules

@@ -12,6 +12,7 @@ is not registered are skipped with that reason (so a renamed rule shows up in `-
 """
 import atexit
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -61,6 +62,50 @@ def _preflight_files() -> tuple[str, str]:
 
 BAD_ROWS_FILE, RAISING_TEMPLATE = _preflight_files()
 
+
+def _eos_tokenizers() -> tuple[str, str]:
+    """(a copy of the tiny tokenizer whose generation_config.json lists eos id 99, past its 64
+    ids; a copy with neither an eos_token nor a generation config) for MODEL008."""
+    folder = Path(tempfile.mkdtemp(prefix="test_rules_eos_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    unknown, none = folder / "unknown_eos", folder / "no_eos"
+    for tok in (unknown, none):
+        shutil.copytree(Path(__file__).parents[3] / "data/tiny_tokenizer", tok)
+    (unknown / "generation_config.json").write_text(json.dumps({"eos_token_id": [0, 4, 99]}))
+    (none / "generation_config.json").unlink()
+    config = json.loads((none / "tokenizer_config.json").read_text())
+    del config["eos_token"]
+    (none / "tokenizer_config.json").write_text(json.dumps(config))
+    return str(unknown), str(none)
+
+
+UNKNOWN_EOS, NO_EOS = _eos_tokenizers()
+
+
+def _reward_modules() -> str:
+    """A folder of reward modules for DATA010: one with verl's signature, one that raises on
+    import, one whose function takes other parameters. On sys.path and PYTHONPATH while this
+    file's tests run (reward_path): DATA003 finds the file, DATA010's child process imports it."""
+    folder = Path(tempfile.mkdtemp(prefix="test_rules_reward_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    (folder / "rules_reward_good.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    (folder / "rules_reward_raises.py").write_text("import json\njson.loads('{')\n")
+    (folder / "rules_reward_wrong.py").write_text("def compute_score(response, answer):\n    return 1.0\n")
+    return str(folder)
+
+
+REWARD_MODULES = _reward_modules()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def reward_path():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(REWARD_MODULES)
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [REWARD_MODULES, os.environ.get("PYTHONPATH")])))
+        yield
+
+
 BASES: dict[str, tuple[str, ...]] = {
     "dapo_sync": ("recipe=dapo_sync",),
     "dapo_async": ("recipe=dapo_async",),
@@ -80,6 +125,8 @@ BASES: dict[str, tuple[str, ...]] = {
     "tiny_checkpoint": ("recipe=tiny_grpo", f"model.hf_path={TINY_CHECKPOINT}"),
     # the chat demo: the tiny tokenizer's template over the copy task's parquet files
     "tiny_grpo_chat": ("recipe=tiny_grpo_chat",),
+    # a custom reward with verl's signature
+    "good_reward": ("recipe=tiny_grpo", "data.reward_fn=rules_reward_good:compute_score"),
 }
 
 Value = str | Callable[[object], str]
@@ -185,6 +232,10 @@ CASES = [
       "data.reward_fn='no_such_module_q7.rewards:score'", "module 'no_such_module_q7.rewards' not found"),
     C("DATA003", "tiny_grpo", ["data.reward_fn=rewards.compute_score"], E, "data.reward_fn",
       "'rewards.compute_score'", "package.module:function"),
+    C("DATA010", "good_reward", ["data.reward_fn=rules_reward_raises:compute_score"], E, "data.reward_fn",
+      "cannot import module 'rules_reward_raises'", "JSONDecodeError"),
+    C("DATA010", "good_reward", ["data.reward_fn=rules_reward_wrong:compute_score"], E, "data.reward_fn",
+      "cannot be called with verl's keywords", "missing a required argument: 'response'"),
     # --- inference
     C("INF001", "dapo_sync", ["inference.tp=3"], E, "inference.tp", "inference.tp=3", "64"),
     C("INF002", "dapo_sync", ["inference.engines=1"], E, "inference.engines", "1 x 8 = 8", "16 trainer GPUs"),
@@ -293,6 +344,10 @@ CASES = [
       "/nonexistent/tok", "no tokenizer.json"),
     C("MODEL007", "tiny_grpo", ["model.tokenizer_path=data/tiny_tokenizer", "model.arch.vocab_size=48"], E,
       "model.tokenizer_path", "64 token ids", "vocab_size=48"),
+    C("MODEL008", "tiny_grpo_chat", [f"model.tokenizer_path={UNKNOWN_EOS}"], E, "model.tokenizer_path",
+      f"{UNKNOWN_EOS}/generation_config.json has eos_token_id=[0, 4, 99]: [99] not a token of", "ids up to 63"),
+    C("MODEL008", "tiny_grpo_chat", [f"model.tokenizer_path={NO_EOS}"], E, "model.tokenizer_path",
+      f"model.tokenizer_path={NO_EOS}: no eos token"),
     C("MODEL004", "dapo_sync", ["model.arch.layer_types=[linear_attention]"], E, "model.arch.layer_types",
       "1 entries", "45 layers"),
     C("MODEL004", "dapo_sync", ["model.arch.mlp_layer_types=[dense,moe]"], E, "model.arch.mlp_layer_types",

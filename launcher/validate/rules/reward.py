@@ -1,0 +1,72 @@
+"""The custom reward as the run's start loads it: data.reward_fn's module imported and its
+function checked against verl's keywords (rl/reward_fn.py load_reward_fn), in a child
+process. The run imports it on the driver before Ray starts, so an import that raises is
+knowable here; the child keeps the user's import-time code (torch, side effects, a hang)
+out of validate's own process, and PROBE_TIMEOUT_S bounds it."""
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher.validate.registry import error, rule, warning
+
+PROBE_TIMEOUT_S = 60.0
+_MARK = "DATA010-probe:"
+"""Starts the child's answer line: the user's module may print on import too."""
+_PROBE = ("import json, sys\nfrom launcher.rl.reward_fn import RewardFnError, load_reward_fn\n"
+          "try:\n    load_reward_fn(sys.argv[1])\nexcept RewardFnError as err:\n"
+          f"    print('\\n{_MARK}' + json.dumps(str(err)))\n")
+
+
+@functools.lru_cache(maxsize=16)
+def _probe(spec: str, file: Path, mtime: float, cwd: str, pythonpath: str | None) -> tuple[str, str] | None:
+    """("error" | "warning", message) of loading `spec` in a child process, None when it
+    loads; cached per module file version and search path (sweeps check every point)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE, spec], capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        return "warning", (f"data.reward_fn={spec!r}: importing {file} did not finish within {PROBE_TIMEOUT_S:.0f} s, "
+                           "so it is not checked")
+    answers = [line.removeprefix(_MARK) for line in done.stdout.splitlines() if line.startswith(_MARK)]
+    if answers:
+        return "error", json.loads(answers[-1])
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return "error", f"data.reward_fn={spec!r}: importing {file} ended the process ({last})"
+    return None
+
+
+@rule("DATA010")
+def reward_fn_loads(cfg, plan):
+    """data.reward_fn's module imports and its function takes verl's keywords (data_source,
+    solution_str, ground_truth, extra_info); checked once DATA003 found the module's file."""
+    spec = getattr(cfg.data, "reward_fn", None)
+    if spec is None:
+        return
+    from launcher.rl.reward_fn import RewardFnError, find_module_file, split_spec
+
+    try:
+        module, function = split_spec(spec)
+    except RewardFnError:
+        return  # DATA003's finding
+    file = find_module_file(module)
+    if file is None:
+        return  # DATA003's finding
+    found = _probe(spec, file, file.stat().st_mtime, os.getcwd(), os.environ.get("PYTHONPATH"))
+    if found is None:
+        return
+    severity, message = found
+    if severity == "warning":
+        yield warning("data.reward_fn", message, "The run imports the module when it starts, before Ray; a slow "
+                      "import only delays it, a hanging one would stop it there.",
+                      f"Check that `python -c 'import {module}'` finishes from this folder.")
+        return
+    yield error("data.reward_fn", message,
+                "The run imports the module on the driver when it starts and calls the function with those keywords "
+                "for every response: it would stop before Ray starts, or score every response 0.",
+                f"Fix {file} so that `python -c 'from {module} import {function}'` works from this folder (the "
+                f"current folder and PYTHONPATH are the path), and give {function} the parameters data_source, "
+                "solution_str, ground_truth, extra_info (or **kwargs).")
