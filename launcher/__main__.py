@@ -1,4 +1,4 @@
-"""Entry point: `python -m launcher [run|plan|validate|mesh|export|eval|submit|jobs|sbatch] [flags] [overrides]`.
+"""Entry point: `python -m launcher [run|plan|validate|mesh|export|eval|submit|jobs|sbatch|rayjob] [flags] [overrides]`.
 
 Composition, validation and planning never import torch, ray, vllm or megatron, so
 `plan`/`validate` answer in well under a second; only `run` loads the RL stack.
@@ -60,7 +60,11 @@ def _dispatch(args: Args) -> int:
     if args.command == "sbatch":
         from launcher.cli.sbatch import cmd_sbatch
 
-        return cmd_sbatch(composed)
+        return cmd_sbatch(composed, args.dry_run, args.submit)
+    if args.command == "rayjob":
+        from launcher.cli.rayjob import cmd_rayjob
+
+        return cmd_rayjob(composed, args.dry_run)
     return cmd_run(composed)
 
 

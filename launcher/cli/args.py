@@ -5,7 +5,7 @@ Hydra's override grammar is kept for everything that is not a flag, so
 """
 from dataclasses import dataclass, field
 
-COMMANDS = ("run", "plan", "validate", "mesh", "export", "eval", "submit", "jobs", "sbatch")
+COMMANDS = ("run", "plan", "validate", "mesh", "export", "eval", "submit", "jobs", "sbatch", "rayjob")
 FORMATS = ("text", "json")
 
 
@@ -27,6 +27,10 @@ class Args:
     roots: list[str] = field(default_factory=list)
     """--root DIR: config roots added for this command (validate --all then checks only their recipes)."""
     version: bool = False
+    dry_run: bool = False
+    """--dry-run (sbatch, rayjob): print the script or manifest; write and submit nothing."""
+    submit: bool = False
+    """--submit (sbatch): also hand the written script to Slurm's `sbatch`."""
 
 
 def _take_value(argv: list[str], i: int, flag: str) -> tuple[str, int]:
@@ -63,6 +67,10 @@ def parse_args(argv: list[str]) -> Args:
             args.adapter, i = True, i + 1
         elif name == "--version":
             args.version, i = True, i + 1
+        elif name == "--dry-run":
+            args.dry_run, i = True, i + 1
+        elif name == "--submit":
+            args.submit, i = True, i + 1
         elif name == "--root":
             value, i = _take_value(argv, i, "--root")
             args.roots.append(value)
@@ -76,4 +84,17 @@ def parse_args(argv: list[str]) -> Args:
         else:
             args.overrides.append(token)
             i += 1
+    _check_job_flags(args)
     return args
+
+
+def _check_job_flags(args: Args) -> None:
+    """--dry-run and --submit name what happens to a written job file, so they need a command that
+    writes one, and contradict each other."""
+    if args.dry_run and args.command not in ("sbatch", "rayjob"):
+        raise UsageError(f"--dry-run works with sbatch or rayjob, not `{args.command}`")
+    if args.submit and args.command != "sbatch":
+        raise UsageError(f"--submit works with sbatch, not `{args.command}` (a RayJob manifest is applied with "
+                         "`kubectl apply -f`; Ray jobs are sent by the `submit` command)")
+    if args.dry_run and args.submit:
+        raise UsageError("--dry-run prints the script without submitting it; --submit submits it: pick one")

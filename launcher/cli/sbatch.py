@@ -1,15 +1,23 @@
 """`sbatch`: a Slurm batch script for one checked run. It brings Ray up on the allocated nodes (head on
 the first, a worker on each other one, cluster.gpus_per_node GPUs each), waits until all
 cluster.nodes are alive, runs `python -m launcher run` against that Ray (cluster.ray_address) and
-stops Ray on every node however the run ends. Written next to the run's plan as
-`<run dir>/sbatch.sh`; submit it with `sbatch <run dir>/sbatch.sh`. Not run against a Slurm here.
+stops Ray on every node however the run ends. Its time limit comes from the plan
+(launcher/cli/slurm_time.py).
+
+    python -m launcher sbatch [overrides]             writes <run dir>/sbatch.sh (and the run's plan)
+    python -m launcher sbatch --submit [overrides]    ... and submits it with Slurm's `sbatch`
+    python -m launcher sbatch --dry-run [overrides]   prints the script; writes and submits nothing
 """
 import os
 import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
+from launcher.cli.args import UsageError
 from launcher.cli.commands import take_run_dir_lock
+from launcher.cli.slurm_time import TimeLimit, time_limit
 from launcher.cli.submit import refuse_secret_overrides
 from launcher.config.compose import Composed
 from launcher.driver.rundir import run_dir_of, write_run_files
@@ -26,9 +34,11 @@ _TEMPLATE = """\
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node={gpus}
+#SBATCH --time={time}
 #SBATCH --exclusive
 #SBATCH --output={run_dir}/slurm-%j.out
 # Written by `python -m launcher sbatch` for {run_dir}: Ray on the allocation, then the run.
+# --time: {time_basis}.
 set -uo pipefail
 cd {root}
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
@@ -80,7 +90,7 @@ exit $rc
 """
 
 
-def sbatch_script(composed: Composed, run_dir: Path) -> str:
+def sbatch_script(composed: Composed, run_dir: Path, limit: TimeLimit) -> str:
     """The batch script for this run: nodes and GPUs per node from the cluster section, the run's own
     overrides with an absolute run.output_dir, this venv's python and ray. It runs from the folder sbatch
     was called in, where the recipe's relative data paths resolve (launcher.paths)."""
@@ -92,10 +102,11 @@ def sbatch_script(composed: Composed, run_dir: Path) -> str:
     return _TEMPLATE.format(name=composed.config.run.name, nodes=cluster.nodes, gpus=cluster.gpus_per_node,
                             run_dir=run_dir, root=shlex.quote(os.getcwd()), port=RAY_PORT,
                             ray=shlex.quote(str(python.with_name("ray"))), python=shlex.quote(str(python)),
-                            timeout=NODES_TIMEOUT_S, overrides=shlex.join(overrides))
+                            timeout=NODES_TIMEOUT_S, overrides=shlex.join(overrides), time=limit.slurm,
+                            time_basis=limit.basis)
 
 
-def cmd_sbatch(composed: Composed) -> int:
+def cmd_sbatch(composed: Composed, dry_run: bool, submit: bool) -> int:
     refuse_secret_overrides(composed.overrides, "in the batch script")
     findings, plan = plan_and_check(composed)
     if any(f.severity == "error" for f in findings):
@@ -103,34 +114,55 @@ def cmd_sbatch(composed: Composed) -> int:
         return ExitCode.REFUSED
     if findings:
         sys.stderr.write(findings_text(findings, "validation: "))
-    if not _partition_fits(composed.config.cluster):
+    limit = time_limit(composed.config, plan, bring_up_s=2 * NODES_TIMEOUT_S)  # the head's wait, then the workers'
+    if not _partition_fits(composed.config.cluster, limit):
         return ExitCode.REFUSED
     run_dir = Path(os.path.abspath(run_dir_of(composed)))
+    if dry_run:
+        sys.stdout.write(sbatch_script(composed, run_dir, limit))
+        return ExitCode.OK
     lock = take_run_dir_lock(run_dir)
     if lock is None:
         return ExitCode.REFUSED
     with lock:
         write_run_files(composed, plan.to_dict())
         script = run_dir / "sbatch.sh"
-        script.write_text(sbatch_script(composed, run_dir))
-    sys.stdout.write(f"wrote {script}: `sbatch {script}` runs it on {composed.config.cluster.nodes} node(s)\n")
+        script.write_text(sbatch_script(composed, run_dir, limit))
+    if submit:
+        return _submit(script)
+    sys.stdout.write(f"wrote {script}: `sbatch {script}` runs it on {composed.config.cluster.nodes} node(s) "
+                     f"(--time={limit.slurm}); --submit submits it\n")
     return ExitCode.OK
 
 
-def _partition_fits(cluster) -> bool:
-    """sinfo's default partition against the plan's nodes and GPUs (launcher/cli/slurm_preflight.py)."""
+def _submit(script: Path) -> int:
+    """Hand the script to Slurm's `sbatch`; its job id, or Slurm's refusal, on the terminal."""
+    if shutil.which("sbatch") is None:
+        raise UsageError(f"--submit needs Slurm's `sbatch` on PATH; {script} is written: submit it from a "
+                         "login node of the cluster with `sbatch` there")
+    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
+    if done.returncode:
+        sys.stderr.write(f"sbatch refused {script}: {done.stderr.strip()}\n")
+        return ExitCode.REFUSED
+    job = done.stdout.strip().split(";")[0]
+    sys.stdout.write(f"submitted batch job {job}: {script}; output in {script.parent}/slurm-{job}.out, "
+                     f"`squeue -j {job}` shows it, `scancel {job}` stops it (and its Ray)\n")
+    return ExitCode.OK
+
+
+def _partition_fits(cluster, limit: TimeLimit) -> bool:
+    """sinfo's default partition against the plan's nodes, GPUs and time (launcher/cli/slurm_preflight.py)."""
     from launcher.cli.slurm_preflight import default_partition, shortfall
 
     partition = default_partition()
     if partition is None:
-        sys.stderr.write("sbatch: sinfo is missing, failed or names no default partition: its nodes and GPUs "
-                         "are not checked\n")
+        sys.stderr.write("sbatch: sinfo is missing, failed or names no default partition: its nodes, GPUs and "
+                         "time limit are not checked\n")
         return True
-    lacking = shortfall(partition, cluster.nodes, cluster.gpus_per_node)
-    if lacking:
-        sys.stderr.write(f"refusing to write the batch script: {lacking}.\n"
-                         "    why: Slurm would keep the job pending (or refuse it) for resources the partition never has.\n"
-                         f"    fix: set cluster.nodes <= {partition.nodes} and cluster.gpus_per_node <= "
-                         f"{partition.gpus_per_node}, or use a cluster file that describes this partition.\n")
-    return lacking is None
-
+    lacking = shortfall(partition, cluster.nodes, cluster.gpus_per_node, limit)
+    for what, fix in lacking:
+        sys.stderr.write(f"refusing to write the batch script: {what}.\n"
+                         "    why: Slurm would keep the job pending (or refuse it) for resources or time the "
+                         "partition never gives.\n"
+                         f"    fix: {fix}.\n")
+    return not lacking

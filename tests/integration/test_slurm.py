@@ -30,12 +30,19 @@ def slurm(tmp_path_factory):
     slurm_cluster.stop(procs)
 
 
-def _script(slurm, tmp_path: Path, *overrides: str) -> Path:
-    done = subprocess.run([sys.executable, "-m", "launcher", "sbatch", "recipe=tiny_grpo", f"run.output_dir={tmp_path}",
-                           "run.name=slurm", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120,
+def _sbatch(slurm, tmp_path: Path, name: str, *overrides: str) -> subprocess.CompletedProcess:
+    """`python -m launcher sbatch` for tiny_grpo, with this Slurm's sinfo answering its preflight."""
+    return subprocess.run([sys.executable, "-m", "launcher", "sbatch", "recipe=tiny_grpo", f"run.output_dir={tmp_path}",
+                           f"run.name={name}", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env=slurm.env)
+
+
+def _script(slurm, tmp_path: Path, *overrides: str) -> Path:
+    done = _sbatch(slurm, tmp_path, "slurm", *overrides)
     assert done.returncode == 0, done.stderr[-2000:]
-    return tmp_path / "slurm" / "sbatch.sh"
+    script = tmp_path / "slurm" / "sbatch.sh"
+    assert "\n#SBATCH --time=0-00:" in script.read_text()  # the plan's limit, which Slurm enforces
+    return script
 
 
 def _submit(slurm, script: Path) -> str:
@@ -83,8 +90,19 @@ def test_scancel_stops_the_run_and_leaves_no_ray(slurm, tmp_path):
     (["cluster.nodes=2", "inference.engines=4"], "cluster.nodes=2 but partition debug has 1 node(s)"),
 ])
 def test_a_plan_the_partition_cannot_hold_is_refused_before_a_script(slurm, tmp_path, overrides, lacking):
-    done = subprocess.run([sys.executable, "-m", "launcher", "sbatch", "recipe=tiny_grpo", f"run.output_dir={tmp_path}",
-                           "run.name=big", *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=slurm.env)
+    done = _sbatch(slurm, tmp_path, "big", *overrides)
     assert done.returncode == 1 and lacking in done.stderr, done.stderr
     assert not (tmp_path / "big").exists()
+
+
+def test_a_partition_time_limit_below_the_plans_is_refused_before_a_script(slurm, tmp_path):
+    """MaxTime=5 (minutes) on the test partition, read back by sinfo; every tiny_grpo job needs more
+    (the readiness waits alone are 10 minutes)."""
+    slurm.run("scontrol", "update", "PartitionName=debug", "MaxTime=5")
+    try:
+        done = _sbatch(slurm, tmp_path, "long", "run.steps=2")
+    finally:
+        slurm.run("scontrol", "update", "PartitionName=debug", "MaxTime=INFINITE")
+    assert done.returncode == 1, done.stderr
+    assert "run.steps=2 needs --time=0-00:" in done.stderr and "partition debug allows 0-00:05:00" in done.stderr
+    assert not (tmp_path / "long").exists()

@@ -31,6 +31,27 @@ class LinksConfig:
 
 
 @dataclass
+class KubernetesConfig:
+    """What `rayjob` puts into the KubeRay RayJob manifest besides the plan's nodes and GPUs."""
+
+    image: Optional[str] = None
+    """Container image of every Ray pod (head, workers and KubeRay's submitter), with this project and
+    its [rl] extra installed: the job runs `python -m launcher run` in it, and a RayJob ships no local
+    code. null: `rayjob` refuses to write a manifest."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    """Node labels every Ray pod must match, so the pods land on nodes of this cluster file's GPU
+    (e.g. {nvidia.com/gpu.product: NVIDIA-H200}, the label NVIDIA's GPU feature discovery sets);
+    {} = any node with cluster.gpus_per_node free GPUs."""
+    output_claim: Optional[str] = None
+    """A PersistentVolumeClaim (ReadWriteMany) mounted at run.output_dir (then absolute) in every Ray pod,
+    so checkpoints and metrics outlive the job's Ray cluster; null = none: they are written to the pods'
+    own disks and deleted with the cluster (`rayjob` warns)."""
+    ttl_seconds_after_finished: int = 3600
+    """KubeRay's ttlSecondsAfterFinished: seconds the finished job's Ray cluster is kept (its logs
+    readable) before KubeRay deletes it; 0 = deleted at once."""
+
+
+@dataclass
 class ClusterConfig:
     name: str = "local"
     """Cluster descriptor name (the clusters/*.yaml it came from)."""
@@ -62,3 +83,5 @@ class ClusterConfig:
     `model` packages as runtime_env py_modules. Ray caches it per content and refuses a package over
     its gRPC message size (512 MiB). false: every node has the project installed at the same version
     and the same paths."""
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    """The KubeRay RayJob manifest `rayjob` writes for this cluster (image, node labels, volume)."""
