@@ -6,6 +6,10 @@ job's runtime_env (cluster.ship_code: a checkout as the job's working_dir, a whe
 as py_modules), so the cluster needs only the venv. Illegal points are listed and never submitted;
 a point whose run directory a live run holds (RunDirLock) is refused before submission. Each point's run directory, job id and log
 command are printed and appended to `<run.output_dir>/<run.name>/jobs.json`, which `jobs` reads.
+
+    python -m launcher submit cluster.ray_address=HEAD:6379 [overrides]                 a table for people
+    python -m launcher submit --format json cluster.ray_address=HEAD:6379 [overrides]   one JSON object for scripts:
+        {"jobs_file": ".../jobs.json", "jobs": [{"job_id", "ray_address", "dashboard", "run_dir", "status", ...}]}
 """
 import datetime
 import json
@@ -104,7 +108,7 @@ def _submit_point(client, url: str, overrides: list[str], run_dir: Path, cluster
     runtime_env = {**shipped_code(cluster_cfg), "env_vars": {"PYTHONUNBUFFERED": "1"}}
     job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
                                metadata={"launcher_run_dir": str(run_dir)})
-    return {"job_id": job_id, "dashboard": url, "entrypoint": entrypoint,
+    return {"job_id": job_id, "ray_address": cluster_cfg.ray_address, "dashboard": url, "entrypoint": entrypoint,
             "logs": f"ray job logs {job_id} --address {url}   (head node: <ray temp dir>/session_latest/logs/"
                     f"job-driver-{job_id}.log)"}
 
@@ -139,8 +143,9 @@ def _run_dir_free(composed, suffix: str, record: dict) -> bool:
     return True
 
 
-def _send(cluster, ready: list, records: list[dict], suffix: dict[int, str]) -> None:
-    """Submit each ready point as a Ray job; its job id, dashboard and log command go into its record."""
+def _send(cluster, ready: list, records: list[dict], suffix: dict[int, str], echo: bool) -> None:
+    """Submit each ready point as a Ray job; its job id, dashboard and log command go into its record
+    (and, with `echo`, onto the terminal as each is sent)."""
     if not ready:
         return
     url = dashboard_url(cluster)
@@ -150,8 +155,18 @@ def _send(cluster, ready: list, records: list[dict], suffix: dict[int, str]) -> 
         record.update(_submit_point(client, url, job_overrides(p.overrides, composed, suffix[p.index]),
                                     Path(record["run_dir"]), composed.config.cluster))
         record["status"] = "submitted"
-        sys.stdout.write(f"  #{p.index:<3} job {record['job_id']}  run dir {record['run_dir']}\n"
-                         f"       logs: {record['logs']}\n")
+        if echo:
+            sys.stdout.write(f"  #{p.index:<3} job {record['job_id']}  run dir {record['run_dir']}\n"
+                             f"       logs: {record['logs']}\n")
+
+
+def _report(fmt: str, records: list[dict], summary: Path | None) -> None:
+    """The end of a submission: text names jobs.json (the table came first); json prints one object,
+    the same records jobs.json holds, so a script reads job ids and run dirs off stdout alone."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"jobs_file": str(summary) if summary else None, "jobs": records}, indent=2) + "\n")
+    elif summary is not None:
+        sys.stdout.write(f"wrote {summary}; `python -m launcher jobs` shows their state\n")
 
 
 def cmd_submit(args: Args) -> int:
@@ -160,20 +175,22 @@ def cmd_submit(args: Args) -> int:
     composer = PointComposer()
     cluster = _remote_cluster(composer, points)
     results = [evaluate(i, p, composer) for i, p in enumerate(points)]
-    sys.stdout.write(_summary([p for p, _, _ in results]))
-    legal = [(p, c) for p, c, _ in results if c is not None]
-    if not legal:
-        return ExitCode.REFUSED
-    _print_warnings([(c, plan) for _, c, plan in results if c is not None])
+    if args.format == "text":
+        sys.stdout.write(_summary([p for p, _, _ in results]))
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     records = [{"index": p.index, "overrides": p.overrides, "status": p.status, "reason": p.first_error,
                 "run_dir": None, "job_id": None, "submitted": when} for p, _, _ in results]
+    legal = [(p, c) for p, c, _ in results if c is not None]
+    if not legal:
+        _report(args.format, records, None)
+        return ExitCode.REFUSED
+    _print_warnings([(c, plan) for _, c, plan in results if c is not None])
     suffix = {p.index: f"sweep/{p.index}" if args.multirun else "" for p, _ in legal}
     ready = [(p, c) for p, c in legal if _run_dir_free(c, suffix[p.index], records[p.index])]
     summary = Path(os.path.abspath(run_dir_of(legal[0][1]))) / SUMMARY_NAME
     try:
-        _send(cluster, ready, records, suffix)
+        _send(cluster, ready, records, suffix, echo=args.format == "text")
     finally:  # the jobs already sent (and the refused points) stay listed even when a submission fails
         _write_summary(summary, records)
-    sys.stdout.write(f"wrote {summary}; `python -m launcher jobs` shows their state\n")
+    _report(args.format, records, summary)
     return ExitCode.REFUSED if any(r["status"] == "locked" for r in records) else ExitCode.OK

@@ -114,3 +114,38 @@ def test_point_whose_run_dir_a_live_run_holds_is_refused_before_anything_is_sent
     (record,) = json.loads((tmp_path / "held" / "jobs.json").read_text())
     assert record["status"] == "locked" and record["job_id"] is None
     assert record["run_dir"] == str(tmp_path / "held" / "sweep" / "0")
+
+
+class _FakeJobClient:
+    """Ray's JobSubmissionClient as far as `submit` uses it: each job gets the next id."""
+
+    def __init__(self):
+        self.entrypoints: list[str] = []
+
+    def submit_job(self, entrypoint: str, runtime_env: dict, metadata: dict) -> str:
+        self.entrypoints.append(entrypoint)
+        return f"raysubmit_{len(self.entrypoints)}"
+
+
+def test_submit_format_json_prints_one_object_with_job_ids_addresses_and_run_dirs(tmp_path, capsys, monkeypatch):
+    client = _FakeJobClient()
+    monkeypatch.setattr("launcher.cli.submit.job_client", lambda url: client)
+    keys = ["recipe=tiny_grpo", f"run.output_dir={tmp_path}", "run.name=js", "cluster.ray_address=10.1.2.3:6379"]
+    assert main(["-m", "submit", "--format", "json", *keys, "algorithm.samples_per_prompt=4,1"]) == 0
+    printed = json.loads(capsys.readouterr().out)  # stdout is the object alone: no table, no progress lines
+    assert printed["jobs_file"] == str(tmp_path / "js" / "jobs.json")
+    sent, illegal = printed["jobs"]
+    assert (sent["job_id"], sent["status"], sent["ray_address"], sent["dashboard"], sent["run_dir"]) == (
+        "raysubmit_1", "submitted", "10.1.2.3:6379", "http://10.1.2.3:8265", str(tmp_path / "js" / "sweep" / "0"))
+    assert (illegal["job_id"], illegal["status"], illegal["run_dir"]) == (None, "illegal", None)
+    assert illegal["reason"].startswith("BATCH003")
+    assert json.loads((tmp_path / "js" / "jobs.json").read_text()) == printed["jobs"]
+    assert len(client.entrypoints) == 1
+
+
+def test_submit_format_json_with_no_legal_point_prints_the_refusals(tmp_path, capsys):
+    keys = ["recipe=tiny_grpo", f"run.output_dir={tmp_path}", "cluster.ray_address=10.1.2.3:6379"]
+    assert main(["submit", "--format", "json", *keys, "algorithm.samples_per_prompt=1"]) == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["jobs_file"] is None and [j["status"] for j in printed["jobs"]] == ["illegal"]
+    assert list(tmp_path.iterdir()) == []
