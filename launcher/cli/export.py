@@ -7,7 +7,10 @@ from launcher.exit_codes import ExitCode
 
 
 def cmd_export(tokens: list[str], adapter: bool) -> int:
+    from launcher.contract.errors import CheckpointError
     from launcher.driver.export import ExportError, export
+    from launcher.driver.groups import ActorDiedError
+    from launcher.driver.placement import PlacementError
 
     paths = [t for t in tokens if "=" not in t]
     if len(paths) != 2 or tokens[:2] != paths:
@@ -18,6 +21,9 @@ def cmd_export(tokens: list[str], adapter: bool) -> int:
     except ExportError as err:
         sys.stderr.write(f"export: {err}\n")
         return ExitCode.CONFIG
+    except (ActorDiedError, CheckpointError, PlacementError) as err:  # expected failures: no traceback
+        sys.stderr.write(f"export failed: {err}\nRay stopped; nothing was written\n")
+        return ExitCode.RUN_FAILED
     except Exception:  # noqa: BLE001 - a backend failure: its traceback, after Ray and the partial folder are gone
         traceback.print_exc()
         sys.stderr.write("export failed (traceback above); nothing was written\n")

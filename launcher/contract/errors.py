@@ -1,5 +1,12 @@
 """Errors a worker raises and the driver tells apart: which checkpoint failures a fallback to
-an older checkpoint can cure (damage) and which it cannot (another run's checkpoint)."""
+an older checkpoint can cure (damage) and which it cannot (another run's checkpoint), and an
+actor lost while another actor waited on it."""
+
+
+class PeerLostError(RuntimeError):
+    """An actor that another actor waited on died or answered nothing within the deadline the
+    driver handed down (trainer rank 0 waiting on the engines in a GPU weight transfer); the
+    message names it and the call. The driver reports it as the lost actor, not a traceback."""
 
 
 class CheckpointError(RuntimeError):

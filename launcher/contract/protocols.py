@@ -116,6 +116,19 @@ class BucketInfo:
     last: bool
 
 
+@dataclass(frozen=True)
+class EngineWait:
+    """How long a trainer rank waits on each engine's step of a GPU weight transfer, and how
+    it names them: derived by the driver (driver/deadlines.py), which alone holds the plan's
+    phase estimates, so the transfer's inner waits have a deadline as the driver's do."""
+
+    whos: list[str]
+    """One per engine actor, in order: `engine 0 (pid 4243, node 0 GPU 1)`."""
+    seconds: float
+    basis: str
+    """How `seconds` was derived, for the error."""
+
+
 @dataclass
 class TrainShard:
     """One trainer rank's share of one mini-batch (grpo.py's legend names the shapes)."""
@@ -170,14 +183,16 @@ class TrainerBackend(Protocol):
         the end. Ranks other than 0 return (info, None): they take part in the gathers only."""
         ...
 
-    def connect_weight_transfer(self, engines: list, master_address: str, master_port: int) -> None:
+    def connect_weight_transfer(self, engines: list, master_address: str, master_port: int, wait: EngineWait) -> None:
         """GPU engines only (InferenceBackend.weight_transfer() is not None): build the
-        trainer side of that transfer with the engine actors. Called on every rank."""
+        trainer side of that transfer with the engine actors. Called on every rank. Each
+        wait on the engines is bounded by `wait` (PeerLostError naming the engine)."""
         ...
 
-    def send_weights(self, version: int) -> None:
+    def send_weights(self, version: int, wait: EngineWait) -> None:
         """GPU engines only: push merged weights straight to the engines (rank 0 drives
-        them; every rank joins the gathers). Returns once the engines serve `version`."""
+        them; every rank joins the gathers), each wait on them bounded by `wait`. Returns
+        once the engines serve `version`."""
         ...
 
     def save_checkpoint(self, path: str) -> None: ...

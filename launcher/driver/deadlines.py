@@ -14,6 +14,11 @@ load behind `pid`, the first step's compilation and autotuning: 191 s on two H20
 gets the start-up estimate on top. The floors keep a tiny CPU run on a loaded 2-core
 machine from ever tripping. `run.hang_timeout_s` replaces the steady-state deadline; first
 calls still get at least their derived one.
+
+A call whose actor itself waits on other actors (a GPU weight transfer: trainer rank 0 waits
+on every engine's transfer steps) is handed the deadline of those inner waits (TRANSFER_STEP)
+and gets HANDED_DOWN_GRACE_S on top of its own, so the inner wait ends first and names the
+engine that was lost, not the trainer rank that waited on it.
 """
 from dataclasses import dataclass
 
@@ -22,10 +27,15 @@ from launcher.plan.startup import STARTUP_OVERHEAD_S, STORAGE_GIB_PER_S
 MARGIN = 3.0
 FLOOR_S = 120.0
 FIRST_CALL_FLOOR_S = 600.0
+HANDED_DOWN_GRACE_S = 30.0
+TRANSFER_STEP = "transfer step"
+"""One step of a GPU weight transfer on every engine, as trainer rank 0 waits on it."""
+HANDS_DOWN = ("connect_weight_transfer", "send_weights")
+"""The calls whose actor waits on the engines with the TRANSFER_STEP deadline it is handed."""
 
 _GENERATION_AND_SYNC_CALLS = ("generate", "begin_export", "next_bucket", "release_export", "send_weights",
                               "connect_weight_transfer", "begin_weight_update", "load_weight_bucket",
-                              "finish_weight_update", "weight update")
+                              "finish_weight_update", "weight update", TRANSFER_STEP)
 PHASE_OF_CALL = {
     "logprobs": "log-prob pass", "train_step": "training",
     **dict.fromkeys(_GENERATION_AND_SYNC_CALLS, "generation + weight sync"),
@@ -84,9 +94,12 @@ class CallDeadlines:
         estimate = self.estimates_s.get(phase, 0.0)
         derived = self._first_call(phase, estimate) if first else _steady(method, phase, estimate)
         override = self.hang_timeout_s
-        if override is None or (first and override <= derived.seconds):
-            return derived
-        return Deadline(override, f"run.hang_timeout_s={override:g}")
+        if override is not None and not (first and override <= derived.seconds):
+            derived = Deadline(override, f"run.hang_timeout_s={override:g}")
+        if method in HANDS_DOWN:
+            return Deadline(derived.seconds + HANDED_DOWN_GRACE_S,
+                            f"{derived.basis}, + {HANDED_DOWN_GRACE_S:.0f} s for the engines' own deadline")
+        return derived
 
     def _first_call(self, phase: str | None, estimate: float) -> Deadline:
         if phase == "start-up":

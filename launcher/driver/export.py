@@ -61,16 +61,15 @@ def _check_space(out: Path, plan, adapter: bool) -> None:
 
 
 def _stream_into(trainers, writer) -> int:
-    """Pull the trainers' weight stream bucket by bucket into `writer`; returns tensors written."""
-    import ray
-
-    ray.get(trainers.begin_export(0, False, BUCKET_BYTES))
+    """Pull the trainers' weight stream bucket by bucket into `writer`; returns tensors written.
+    Every wait has the trainer group's deadline (a lost or stopped rank ends the export naming it)."""
+    trainers.fetch(trainers.begin_export(0, False, BUCKET_BYTES), "begin_export")
     written = 0
     while True:
         info, ref = trainers.next_bucket()
         if info is None:
             return written
-        for name, tensor in ray.get(ref).tensors:
+        for name, tensor in trainers.fetch(ref, "next_bucket").tensors:
             writer.add(name, tensor)
             written += 1
         del ref
@@ -140,7 +139,8 @@ def _export_on_ray(composed, plan, checkpoint: Path, staging: Path, adapter: boo
 
 
 def export(checkpoint: str, out: str, adapter: bool, extra: list[str]) -> int:
-    """Exit code: 0 written, 1 the config is refused, 3 the export failed (nothing left behind)."""
+    """Exit code: 0 written, 1 the config is refused, 3 the export failed (nothing left behind:
+    the cli names a lost actor and its call, ActorDiedError, without a traceback)."""
     from launcher.config.compose import compose
     from launcher.validate import plan_and_check
     from launcher.validate.report import findings_text

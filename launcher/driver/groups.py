@@ -14,9 +14,11 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from launcher.config.schema.choices import RouterPolicy
+from launcher.contract.errors import PeerLostError
+from launcher.contract.protocols import EngineWait
 from launcher.contract.spec import ActorSpec
 from launcher.driver.cluster import secret_worker_env
-from launcher.driver.deadlines import CallDeadlines
+from launcher.driver.deadlines import TRANSFER_STEP, CallDeadlines
 from launcher.driver.startup import FINAL_WAIT_S, POLL_S, StartupView
 
 
@@ -153,6 +155,10 @@ def _raise_dead_peer(refs: list, whos: list[str], what: str, cause: Exception) -
 def get_one(ref, who: str, what: str):
     try:
         return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        if isinstance(err.cause, PeerLostError):  # the actor this one waited on is the one lost: its name
+            raise ActorDiedError(f"{who}, during {what}: {err.cause}") from err
+        raise
     except ray.exceptions.RayActorError as err:
         lines = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines() or [type(err).__name__]
         if getattr(err, "actor_init_failed", False):  # the constructor raised: its last line says why
@@ -233,16 +239,26 @@ class TrainerGroup(_Group):
                                "streams must gather the same tensors in the same order")
         return infos[0], pairs[0][1]
 
+    def fetch(self, ref, what: str):
+        """The value of rank 0's `ref` (an export header or bucket, which only `export` reads on
+        the driver), waited on as every call of the group is: within `what`'s deadline, a
+        dead rank 0 named."""
+        return self._get([ref], what)[0]
+
     def connect_weight_transfer(self, engines) -> None:
         """GPU engines: build the trainer side of their transfer on every rank, once."""
         if self._transfer_connected:
             return
         addr, port = self._get([self.actors[0].master_address.remote()], "master_address")[0]
-        self.call("connect_weight_transfer", engines.actors, addr, port)
+        self.call("connect_weight_transfer", engines.actors, addr, port, engines.transfer_wait())
         self._transfer_connected = True
 
-    def send_weights(self, version: int) -> None:
-        self.call("send_weights", version)
+    def send_weights(self, version: int, engines) -> None:
+        """Rank 0 drives the engines' transfer steps itself, each bounded by the wait handed
+        down; this call's own deadline is that much longer (deadlines.HANDED_DOWN_GRACE_S), so
+        a lost engine is named by rank 0's wait rather than rank 0 by the driver's."""
+        self.call("send_weights", version, engines.transfer_wait())
+        engines.transfer_done()
 
 
 class EngineGroup(_Group):
@@ -341,3 +357,15 @@ class EngineGroup(_Group):
 
     def wait(self, refs: list, what: str) -> list:
         return self._get(refs, what)
+
+    def transfer_wait(self) -> EngineWait:
+        """The bound on one step of a GPU weight transfer, which trainer rank 0 waits on itself
+        (vllm/transfer.py EngineGroupClient), and these engines' names for its error."""
+        first = any((i, TRANSFER_STEP) not in self._answered for i in range(len(self.actors)))
+        deadline = self.deadlines.of(TRANSFER_STEP, first)
+        return EngineWait([_who(label, info) for label, info in zip(self.labels, self.info, strict=True)],
+                          deadline.seconds, deadline.basis)
+
+    def transfer_done(self) -> None:
+        """A transfer reached every engine: later ones have the steady-state deadline."""
+        self._answered.update((i, TRANSFER_STEP) for i in range(len(self.actors)))

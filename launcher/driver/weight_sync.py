@@ -61,7 +61,7 @@ def sync_weights(trainers, engines, version: int, with_base: bool, wait: bool,
     transfer = engines.weight_transfer()
     if transfer is not None:
         trainers.connect_weight_transfer(engines)
-        trainers.send_weights(version)
+        trainers.send_weights(version, engines)
         return SyncStats(path=transfer)
     return stream_weights(trainers, engines, version, with_base, wait, max_bucket_bytes or BUCKET_BYTES)
 

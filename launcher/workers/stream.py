@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from launcher.contract.protocols import BucketInfo, WeightBucket, WeightUpdate
+from launcher.contract.protocols import BucketInfo, EngineWait, WeightBucket, WeightUpdate
 from launcher.plan.sync import BUCKET_BYTES, CUDA_IPC, HOST, MAX_BUCKETS_ALIVE, transfer_buffer_bytes
 from launcher.workers.ipc import PackedBucket
 
@@ -144,19 +144,19 @@ class StreamedExport:
                           last=bucket.last)
         return info, (bucket if self.rank == 0 else None)
 
-    def connect_weight_transfer(self, engines: list, master_address: str, master_port: int) -> None:
+    def connect_weight_transfer(self, engines: list, master_address: str, master_port: int, wait: EngineWait) -> None:
         from launcher.workers.vllm.transfer import stream_source, trainer_sender  # the GPU transfer there is
 
         if self._update_header(0, False).adapter is not None:
             raise RuntimeError("GPU weight transfer ships merged weights; adapter sync goes through buckets")
         source = stream_source(lambda: ((name, t) for _, name, t in self._weight_stream(with_base=False)))
-        self._sender = trainer_sender(self.cfg, engines, source, rank=self.rank, master_address=master_address,
-                                      master_port=master_port)
+        self._sender = trainer_sender(self.cfg, engines, source, rank=self.rank, wait=wait,
+                                      master_address=master_address, master_port=master_port)
 
-    def send_weights(self, version: int) -> None:
+    def send_weights(self, version: int, wait: EngineWait) -> None:
         if self._sender is None:
             raise RuntimeError("send_weights before connect_weight_transfer")
-        self._sender.client.version = version
+        self._sender.client.version, self._sender.client.wait = version, wait
         self._sender.send_weights()
 
 

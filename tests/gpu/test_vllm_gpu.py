@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from launcher.contract.protocols import EngineWait
 from launcher.contract.spec import ActorSpec
 
 torch = pytest.importorskip("torch")
@@ -34,6 +35,8 @@ def _hf_model(cfg, seed=3):
     return build_model(cfg.model, 0, seed).cuda().eval()
 
 
+WAIT = EngineWait(["engine 0"], 600.0, "test")
+"""Each transfer step's bound on the engine (the driver derives it in a run)."""
 SMALL_BUCKET_BYTES = 4 << 20  # several buckets even for the tiny models: layers arrive split
 
 
@@ -109,7 +112,7 @@ def test_ipc_transfer_colocated_updates_the_engine():
         # CUDA IPC needs another process on the same GPU: the engine is a Ray actor.
         actor = ray.remote(num_gpus=0.5)(VllmInference).remote(ActorSpec.planned(cfg))
         model = _hf_model(cfg)
-        sender = trainer_sender(cfg, [actor], ModuleSource(model), rank=0)
+        sender = trainer_sender(cfg, [actor], ModuleSource(model), rank=0, wait=WAIT)
         sender.send_weights()
         _assert_matches(ray.get(actor.generate.remote(_request())), model)
         with torch.no_grad():  # a second round carries the change
@@ -135,9 +138,9 @@ def test_loop_path_trainer_pushes_over_ipc_when_the_engine_reports_it():
         actor = ray.remote(num_gpus=0.5)(VllmInference).remote(ActorSpec.planned(cfg))
         assert ray.get(actor.weight_transfer.remote()) == "ipc"
         trainer = HfTrainer(ActorSpec.planned(cfg, 0, 1))
-        trainer.connect_weight_transfer([actor], None, None)
+        trainer.connect_weight_transfer([actor], None, None, WAIT)
         for version in (1, 2):
-            trainer.send_weights(version)
+            trainer.send_weights(version, WAIT)
             generation = ray.get(actor.generate.remote(_request()))
             assert generation.policy_version == version
             _assert_matches(generation, trainer.model.eval())
@@ -164,7 +167,7 @@ def test_nccl_transfer_async_updates_the_engine():
         ray.get(actor.pid.remote())  # engine up, on the GPU Ray gave it
         torch.cuda.set_device(0)
         model = _hf_model(cfg)
-        sender = trainer_sender(cfg, [actor], ModuleSource(model), rank=0,
+        sender = trainer_sender(cfg, [actor], ModuleSource(model), rank=0, wait=WAIT,
                                 master_address="127.0.0.1", master_port=port)
         sender.send_weights()
         _assert_matches(ray.get(actor.generate.remote(_request())), model)

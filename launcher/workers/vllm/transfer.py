@@ -14,8 +14,12 @@ rank (rank 0 drives the engines, the others join the gathers). The trainer backe
 that through launcher/workers/stream.py (connect_weight_transfer / send_weights),
 which the loop uses whenever the engines report a transfer (weight_transfer()).
 """
+import time
+
 from launcher.config.schema.choices import PlacementMode
 from launcher.config.schema.root import LauncherConfig
+from launcher.contract.errors import PeerLostError
+from launcher.contract.protocols import EngineWait
 from launcher.plan.sync import transfer_buffer_bytes
 
 
@@ -31,15 +35,32 @@ class EngineGroupClient:
     transfer steps as transfer_* and this client maps onto them.
     """
 
-    def __init__(self, engines: list):
+    def __init__(self, engines: list, wait: EngineWait):
         self.engines = engines
+        self.wait = wait
+        """Bounds every wait on the engines and names them; the driver hands a fresh one with each send."""
         self.version: int | None = None
         """Policy version the next finish_weight_update announces (vLLM's senders pass none)."""
 
     def _all(self, method: str, *args) -> None:
+        """`method` on every engine, done within self.wait: PeerLostError naming an engine that
+        died or did not answer (a stopped engine would hold a bare ray.get, and with it the
+        trainer rank and its peers' gathers, forever)."""
         import ray
 
-        ray.get([getattr(engine, method).remote(*args) for engine in self.engines])
+        refs = [getattr(engine, method).remote(*args) for engine in self.engines]
+        who = dict(zip(refs, self.wait.whos, strict=True))
+        stop, pending = time.monotonic() + self.wait.seconds, refs
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(stop - time.monotonic(), 0.0))
+            if not ready:
+                raise PeerLostError(f"{', '.join(who[r] for r in pending)} did not answer {method} within "
+                                    f"{self.wait.seconds:.0f} s (deadline: {self.wait.basis})")
+            try:
+                ray.get(ready[0])
+            except ray.exceptions.RayActorError as err:
+                cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
+                raise PeerLostError(f"{who[ready[0]]} died during {method}: {cause}") from err
 
     def init_weight_transfer_engine(self, init_info: dict) -> None:
         self._all("transfer_init", init_info)
@@ -58,18 +79,19 @@ class EngineGroupClient:
         self._all("transfer_finish", None if version is None else str(version))
 
 
-def trainer_sender(cfg: LauncherConfig, engines: list, source, *, rank: int,
+def trainer_sender(cfg: LauncherConfig, engines: list, source, *, rank: int, wait: EngineWait,
                    master_address: str | None = None, master_port: int | None = None):
     """vLLM's trainer-side engine for this run's transfer backend, rendezvoused with `engines`.
 
     `source` is a vLLM WeightSource yielding HF-named full tensors (ModuleSource for an
     HF model; the Megatron exporter for Megatron). NCCL needs a free port on the node
-    of trainer rank 0; its group is that rank plus every engine worker.
+    of trainer rank 0; its group is that rank plus every engine worker. `wait` bounds each
+    wait on the engines (EngineGroupClient).
     """
     from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
     info = trainer_init_info(cfg, rank=rank, master_address=master_address, master_port=master_port)
-    return WeightTransferTrainerFactory.trainer_init(info, client=EngineGroupClient(engines), source=source)
+    return WeightTransferTrainerFactory.trainer_init(info, client=EngineGroupClient(engines, wait), source=source)
 
 
 def trainer_init_info(cfg: LauncherConfig, *, rank: int, master_address: str | None = None,

@@ -5,7 +5,15 @@ import functools
 import pytest
 
 from launcher.config.compose import compose
-from launcher.driver.deadlines import FIRST_CALL_FLOOR_S, FLOOR_S, MARGIN, CallDeadlines
+from launcher.driver.deadlines import (
+    FIRST_CALL_FLOOR_S,
+    FLOOR_S,
+    HANDED_DOWN_GRACE_S,
+    HANDS_DOWN,
+    MARGIN,
+    TRANSFER_STEP,
+    CallDeadlines,
+)
 from launcher.errors import ConfigError
 from launcher.plan import make_plan
 from launcher.plan.startup import STARTUP_OVERHEAD_S
@@ -70,3 +78,14 @@ def test_a_hang_timeout_that_is_not_positive_is_refused_naming_the_key(value):
         compose(["recipe=tiny_grpo", f"run.hang_timeout_s={value}"])
     finding = err.value.findings[0]
     assert finding.id == "CFG007" and finding.key == "run.hang_timeout_s" and "> 0" in finding.message
+
+
+@pytest.mark.parametrize("method", HANDS_DOWN)
+def test_a_call_that_waits_on_the_engines_outlasts_the_deadline_it_hands_them(method):
+    """Trainer rank 0's transfer steps on the engines end first, so the lost engine is named."""
+    for overrides in (("recipe=dapo_sync",), ("recipe=tiny_grpo", "run.hang_timeout_s=10")):
+        calls, _, _ = _deadlines(*overrides)
+        for first in (False, True):
+            inner, outer = calls.of(TRANSFER_STEP, first), calls.of(method, first)
+            assert outer.seconds == inner.seconds + HANDED_DOWN_GRACE_S
+            assert outer.basis == f"{inner.basis}, + {HANDED_DOWN_GRACE_S:.0f} s for the engines' own deadline"

@@ -5,6 +5,7 @@ what `plan` printed, on CPU and on GPU clusters alike.
 """
 import pytest
 
+from launcher.contract.protocols import EngineWait
 from launcher.workers.vllm.args import engine_kwargs, ray_executor_env, vllm_lora_rank
 from launcher.workers.vllm.transfer import EngineGroupClient, engine_rank_offset
 
@@ -64,7 +65,7 @@ def test_lora_rank_above_vllm_maximum_is_an_error():
 
 
 def test_transfer_client_announces_the_policy_version_at_finish(monkeypatch):
-    client = EngineGroupClient(engines=[])
+    client = EngineGroupClient(engines=[], wait=EngineWait([], 60.0, "test"))
     calls = []
     monkeypatch.setattr(client, "_all", lambda method, *args: calls.append((method, *args)))
     client.version = 5  # what StreamedExport.send_weights sets: vLLM's senders finish without a version
