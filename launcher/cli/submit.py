@@ -1,5 +1,6 @@
 """`submit` (and `-m submit`): every point is composed, validated and planned here, as `run` and
-`-m plan` do, and each legal point goes to the Ray cluster (cluster.ray_address) as a Ray job
+`-m plan` do, and each legal point goes to its own Ray cluster (the point's cluster.ray_address: a
+sweep may vary cluster.*) as a Ray job
 (ray.job_submission.JobSubmissionClient, through the dashboard at cluster.dashboard_address) whose
 entrypoint is `python -m launcher run <the point's overrides>`, with this launcher shipped through the
 job's runtime_env (cluster.ship_code: a checkout as the job's working_dir, a wheel install's packages
@@ -25,7 +26,6 @@ from launcher.cli.commands import take_run_dir_lock
 from launcher.cli.sweep import _summary, evaluate, expand
 from launcher.config.compose_points import PointComposer
 from launcher.driver.rundir import run_dir_of
-from launcher.errors import ConfigError
 from launcher.exit_codes import ExitCode
 from launcher.secrets import mask_override
 from launcher.validate import check
@@ -66,19 +66,14 @@ def refuse_secret_overrides(overrides: list[str], where: str) -> None:
                          "drop the override.")
 
 
-def _remote_cluster(composer, points: list[list[str]]):
-    """The cluster section of the first point that composes (None if none does: the sweep summary lists
-    them), checked before any point is planned: a job needs a running cluster."""
-    for point in points:
-        try:
-            cluster = composer.compose(point).config.cluster
-        except ConfigError:
-            continue
-        if cluster.ray_address is None:
-            raise UsageError("submit needs cluster.ray_address (it is null, which means an embedded Ray on this "
-                             "machine): Ray jobs go to a running cluster. Set cluster.ray_address=HEAD_HOST:6379.")
-        return cluster
-    return None
+def _refuse_embedded(legal: list, multirun: bool) -> None:
+    """UsageError naming the points whose cluster.ray_address is null (an embedded Ray on this machine),
+    raised before anything is printed or sent: a Ray job needs a running cluster."""
+    embedded = [p for p, composed in legal if composed.config.cluster.ray_address is None]
+    if embedded:
+        which = f" for point(s) {', '.join(f'#{p.index}' for p in embedded)}" if multirun else ""
+        raise UsageError(f"submit needs cluster.ray_address (it is null{which}, which means an embedded Ray on "
+                         "this machine): Ray jobs go to a running cluster. Set cluster.ray_address=HEAD_HOST:6379.")
 
 
 def job_client(url: str):
@@ -143,16 +138,17 @@ def _run_dir_free(composed, suffix: str, record: dict) -> bool:
     return True
 
 
-def _send(cluster, ready: list, records: list[dict], suffix: dict[int, str], echo: bool) -> None:
-    """Submit each ready point as a Ray job; its job id, dashboard and log command go into its record
-    (and, with `echo`, onto the terminal as each is sent)."""
-    if not ready:
-        return
-    url = dashboard_url(cluster)
-    client = job_client(url)
+def _send(ready: list, records: list[dict], suffix: dict[int, str], echo: bool) -> None:
+    """Submit each ready point as a Ray job to its own cluster (a sweep may vary cluster.*), one job
+    client per dashboard; its job id, addresses and log command go into its record (and, with `echo`,
+    onto the terminal as each is sent)."""
+    clients = {}
     for p, composed in ready:
+        url = dashboard_url(composed.config.cluster)
+        if url not in clients:
+            clients[url] = job_client(url)
         record = records[p.index]
-        record.update(_submit_point(client, url, job_overrides(p.overrides, composed, suffix[p.index]),
+        record.update(_submit_point(clients[url], url, job_overrides(p.overrides, composed, suffix[p.index]),
                                     Path(record["run_dir"]), composed.config.cluster))
         record["status"] = "submitted"
         if echo:
@@ -173,14 +169,14 @@ def cmd_submit(args: Args) -> int:
     refuse_secret_overrides(args.overrides, "in the Ray cluster's job table and job log (the entrypoint)")
     points = expand(args.overrides) if args.multirun else [args.overrides]
     composer = PointComposer()
-    cluster = _remote_cluster(composer, points)
     results = [evaluate(i, p, composer) for i, p in enumerate(points)]
+    legal = [(p, c) for p, c, _ in results if c is not None]
+    _refuse_embedded(legal, args.multirun)
     if args.format == "text":
         sys.stdout.write(_summary([p for p, _, _ in results]))
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     records = [{"index": p.index, "overrides": p.overrides, "status": p.status, "reason": p.first_error,
                 "run_dir": None, "job_id": None, "submitted": when} for p, _, _ in results]
-    legal = [(p, c) for p, c, _ in results if c is not None]
     if not legal:
         _report(args.format, records, None)
         return ExitCode.REFUSED
@@ -189,7 +185,7 @@ def cmd_submit(args: Args) -> int:
     ready = [(p, c) for p, c in legal if _run_dir_free(c, suffix[p.index], records[p.index])]
     summary = Path(os.path.abspath(run_dir_of(legal[0][1]))) / SUMMARY_NAME
     try:
-        _send(cluster, ready, records, suffix, echo=args.format == "text")
+        _send(ready, records, suffix, echo=args.format == "text")
     finally:  # the jobs already sent (and the refused points) stay listed even when a submission fails
         _write_summary(summary, records)
     _report(args.format, records, summary)

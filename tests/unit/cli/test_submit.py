@@ -1,6 +1,7 @@
 """`submit` and `jobs` up to the cluster: the dashboard address, the shipped code, the job's overrides
 and the refusals that happen before anything is sent (the jobs themselves: tests/integration/test_ray_jobs.py)."""
 import json
+import shlex
 
 import pytest
 
@@ -148,4 +149,29 @@ def test_submit_format_json_with_no_legal_point_prints_the_refusals(tmp_path, ca
     assert main(["submit", "--format", "json", *keys, "algorithm.samples_per_prompt=1"]) == 1
     printed = json.loads(capsys.readouterr().out)
     assert printed["jobs_file"] is None and [j["status"] for j in printed["jobs"]] == ["illegal"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_over_cluster_addresses_sends_each_point_to_its_own_cluster(tmp_path, capsys, monkeypatch):
+    clients: dict[str, _FakeJobClient] = {}
+    monkeypatch.setattr("launcher.cli.submit.job_client", lambda url: clients.setdefault(url, _FakeJobClient()))
+    keys = ["recipe=tiny_grpo", f"run.output_dir={tmp_path}", "run.name=two"]
+    assert main(["-m", "submit", "--format", "json", *keys, "cluster.ray_address=10.0.0.1:6379,10.0.0.2:6379",
+                 "cluster.dashboard_address=null,dash.example:9000"]) == 0
+    jobs = json.loads(capsys.readouterr().out)["jobs"]
+    assert [(j["ray_address"], j["dashboard"]) for j in jobs] == [
+        ("10.0.0.1:6379", "http://10.0.0.1:8265"), ("10.0.0.1:6379", "http://dash.example:9000"),
+        ("10.0.0.2:6379", "http://10.0.0.2:8265"), ("10.0.0.2:6379", "http://dash.example:9000")]
+    assert {url: len(c.entrypoints) for url, c in clients.items()} == {
+        "http://10.0.0.1:8265": 1, "http://dash.example:9000": 2, "http://10.0.0.2:8265": 1}
+    [sent] = clients["http://10.0.0.2:8265"].entrypoints  # the job runs the point against its own cluster
+    assert compose(shlex.split(sent)[4:]).config.cluster.ray_address == "10.0.0.2:6379"
+
+
+def test_a_sweep_point_without_a_cluster_address_is_named_before_anything_is_sent(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("launcher.cli.submit.job_client", lambda url: pytest.fail(f"reached for {url}"))
+    keys = ["recipe=tiny_grpo", f"run.output_dir={tmp_path}", "cluster.ray_address=10.0.0.1:6379,null"]
+    assert main(["-m", "submit", *keys]) == 2
+    out = capsys.readouterr()
+    assert "submit needs cluster.ray_address (it is null for point(s) #1" in out.err and out.out == ""
     assert list(tmp_path.iterdir()) == []
