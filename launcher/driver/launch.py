@@ -1,15 +1,19 @@
 """launch(): Ray session -> placement -> actor groups -> resume -> loop -> teardown.
 
-The data (train file, and the val file of an evaluating run) is loaded, measured and filtered
-before Ray starts: a file the run cannot train on costs seconds, not a cluster's weight load.
+The reward function is imported and the data (train file, and the val file of an evaluating
+run) loaded, measured and filtered before Ray starts: a file the run cannot train on costs
+seconds, not a cluster's weight load.
 
-Exit codes: 0 done, 1 refused (the data cannot be trained on as configured: found before Ray
-started), 3 the run failed (an actor died, a backend raised, a checkpoint could not be
-resumed), 130 interrupted (Ctrl-C or SIGTERM). In every case Ray is shut down before
-returning, so no Ray process of the run outlives it.
+Exit codes (launcher/exit_codes.py): 0 done, 1 refused (the data, tokenizer or data.reward_fn
+cannot be used as configured: found before Ray started, and a run directory this start made
+is removed again), 3 the run failed (an actor died, a backend raised, a checkpoint could not
+be resumed), 130 interrupted (Ctrl-C or SIGTERM). In every case Ray is shut down before
+returning, so no Ray process of the run outlives it. A traceback is printed only for an
+unexpected error, with a line saying it is one.
 """
 import contextlib
 import json
+import shutil
 import signal
 import sys
 import time
@@ -62,24 +66,55 @@ class _Data:
     evaluator: object
 
 
-class DataRefused(Exception):
-    """The data cannot be trained on as configured (DataError, a missing file or column)."""
+class Refused(Exception):
+    """The run cannot start as configured, found before Ray started: data.reward_fn does not
+    load, the tokenizer folder is unusable, or the data cannot be trained on (DataError, a
+    missing file or column)."""
 
 
-def _load_data(config) -> _Data:
+def _before_ray(config) -> tuple[object, _Data]:
+    """(the scorer, the data): everything the driver reads before it starts Ray."""
     from launcher.driver.data import DataError, PromptStream
     from launcher.driver.evaluate import make_evaluator
-    from launcher.rl.tokenizer import make_tokenizer
+    from launcher.rl.reward_fn import RewardFnError, make_scorer
 
-    tokenizer = make_tokenizer(config.model)
     try:
+        scorer, tokenizer = make_scorer(config.data), _tokenizer(config.model)
         stream = PromptStream(config.data, config.run.seed, tokenizer)
-        evaluator = make_evaluator(config, tokenizer)
-    except (DataError, FileNotFoundError) as err:
-        raise DataRefused(str(err)) from err
+        return scorer, _Data(tokenizer, stream, make_evaluator(config, tokenizer))
+    except (DataError, FileNotFoundError, RewardFnError) as err:
+        raise Refused(str(err)) from err
     except KeyError as err:  # a named column is missing: the message is the KeyError's argument
-        raise DataRefused(str(err.args[0]) if err.args else repr(err)) from err
-    return _Data(tokenizer, stream, evaluator)
+        raise Refused(str(err.args[0]) if err.args else repr(err)) from err
+
+
+def _tokenizer(model_cfg):
+    """The run's tokenizer; a folder the config names that does not load (missing, a damaged
+    file, no eos token) is Refused naming the key, where transformers' own error would not."""
+    from launcher.rl.tokenizer import make_tokenizer, tokenizer_folder
+
+    try:
+        return make_tokenizer(model_cfg)
+    except (OSError, ValueError) as err:  # only the user's folder (or vocab_size for the character one) is read here
+        found = tokenizer_folder(model_cfg)
+        where = f"{found[0]}={found[1]}" if found else "the character tokenizer of model.arch.vocab_size"
+        raise Refused(f"the run's tokenizer ({where}) does not load: {type(err).__name__}: {err}") from err
+
+
+RUN_FILES = ("config.yaml", "overrides.yaml", "plan.json")
+"""What the start writes into the run directory before launch (driver/rundir.py write_run_files)."""
+
+
+def _remove_if_fresh(run_dir: Path) -> bool:
+    """Remove a refused run's directory when it holds only what this start wrote (the run
+    files and its lock): no half-written run is left to mistake for one. A directory with
+    an earlier run's checkpoints or metrics stays. Returns whether it was removed."""
+    from launcher.driver.rundir import LOCK_NAME
+
+    if not {p.name for p in run_dir.iterdir()} <= {*RUN_FILES, LOCK_NAME}:
+        return False
+    shutil.rmtree(run_dir)
+    return True
 
 
 def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from, scorer, data: _Data):
@@ -156,11 +191,9 @@ def _slots(infos: list[dict]) -> str:
 def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
     from launcher.driver.checkpoint import restore
     from launcher.driver.loops import LOOPS
-    from launcher.rl.reward_fn import make_scorer
 
     config = composed.config
-    scorer = make_scorer(config.data)  # a data.reward_fn that cannot be imported fails before Ray starts
-    data = _load_data(config)  # so does a data file the run cannot train on (DataRefused)
+    scorer, data = _before_ray(config)  # Refused: a reward, tokenizer or data mistake costs seconds
     # Again after ray.init: Ray's core worker installs its own SIGTERM handler, which would
     # end the driver without the teardown below.
     started = time.monotonic()
@@ -196,7 +229,6 @@ def _already_complete(config, run_dir: Path, checkpoint: Path) -> str:
 
 def launch(composed, plan, run_dir) -> int:
     from launcher.driver.checkpoint import Checkpointer, CheckpointError, checkpoint_root, load_driver_state, resolve_resume
-    from launcher.rl.reward_fn import RewardFnError
 
     config, run_dir = composed.config, Path(run_dir)
     ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,
@@ -208,19 +240,22 @@ def launch(composed, plan, run_dir) -> int:
                 sys.stdout.write(_already_complete(config, run_dir, resume_from))
                 return ExitCode.OK
             last = _run(composed, plan, run_dir, ckpt, resume_from)
-        except DataRefused as err:  # before Ray started: a user error, no traceback
-            sys.stderr.write(f"refusing to start: {err}\n(found before Ray started; nothing was run)\n")
+        except Refused as err:  # before Ray started: a user error, no traceback
+            removed = f"; removed {run_dir}" if _remove_if_fresh(run_dir) else ""
+            sys.stderr.write(f"refusing to start: {err}\n(found before Ray started; nothing was run{removed})\n")
             return ExitCode.REFUSED
         except KeyboardInterrupt as err:
             what = err.args[0] if isinstance(err, RayStartInterrupted) else "interrupted; Ray stopped"
             sys.stderr.write(f"{what}. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return ExitCode.INTERRUPTED
-        except (ActorDiedError, CheckpointError, PlacementError, RewardFnError) as err:  # expected failures: no traceback
+        except (ActorDiedError, CheckpointError, PlacementError) as err:  # expected failures: no traceback
             sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return ExitCode.RUN_FAILED
         except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown
             traceback.print_exc()
-            sys.stderr.write(f"run failed (traceback above). Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
+            sys.stderr.write("run failed on an unexpected error (traceback above): a bug of the launcher or a backend, "
+                             f"not of the config; please report it with the traceback. Ray stopped. Last checkpoint: "
+                             f"{ckpt.latest() or 'none'}\n")
             return ExitCode.RUN_FAILED
     sys.stdout.write(f"done: {config.run.steps} steps in {run_dir}; last checkpoint {last}\n")
     return ExitCode.OK

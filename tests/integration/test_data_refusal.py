@@ -42,7 +42,8 @@ def test_validate_reports_the_story_with_file_numbers_and_fix(tmp_path, tiny_glm
 @pytest.mark.parametrize("preflight", ["on", "off"])
 def test_run_refuses_before_ray(tmp_path, tiny_glm_checkpoint, launch_run, preflight):
     """on: validate's pre-flight refuses (no run dir); off (data.preflight_rows=0): the run's data
-    load before Ray refuses with its DataError's message, exit 1, no traceback, no Ray daemon."""
+    load before Ray refuses with its DataError's message, exit 1, no traceback, no Ray daemon, and
+    removes the run directory it had just written."""
     extra = [] if preflight == "on" else ["data.preflight_rows=0"]
     started = time.monotonic()
     run = launch_run("story", [*_story(tmp_path, tiny_glm_checkpoint), "run.steps=2", *extra])
@@ -54,11 +55,22 @@ def test_run_refuses_before_ray(tmp_path, tiny_glm_checkpoint, launch_run, prefl
     assert seconds < 60, seconds
     if preflight == "on":
         assert "DATA007" in err and "no prompt fits" in err
-        assert not run.dir.exists(), sorted(p.name for p in run.dir.iterdir())
     else:
         assert "refusing to start" in err and "no prompt left: 64 of 64 are longer than data.max_prompt_len=48" in err
-        assert "found before Ray started" in err
-        assert not (run.dir / "metrics.jsonl").exists() and not (run.dir / "actors.json").exists()
+        assert f"found before Ray started; nothing was run; removed {run.dir}" in err
+    assert not run.dir.exists(), sorted(p.name for p in run.dir.iterdir())
+
+
+@pytest.mark.slow
+def test_a_refused_start_keeps_an_earlier_runs_directory(tmp_path, tiny_glm_checkpoint, launch_run):
+    """What an earlier run left (its metrics, checkpoints) is never removed with a refusal."""
+    story = _story(tmp_path, tiny_glm_checkpoint)
+    (tmp_path / "story").mkdir()  # the run directory launch_run("story") uses
+    (tmp_path / "story" / "metrics.jsonl").write_text("{}\n")
+    run = launch_run("story", [*story, "run.steps=2", "data.preflight_rows=0"])
+    code, _, err = run.finish(timeout_s=120)
+    assert code == 1 and "nothing was run)" in err, err[-3000:]
+    assert (run.dir / "metrics.jsonl").exists()
 
 
 @pytest.mark.slow

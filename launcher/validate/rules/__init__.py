@@ -13,6 +13,7 @@ from launcher.validate.rules import (  # noqa: F401
     routing,
     runtime,
     sequence,
+    shards,
     storage,
     tokenizer,
 )

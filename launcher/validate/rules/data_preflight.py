@@ -110,6 +110,12 @@ def prompts_leave_room(cfg, plan):
                           why, fix)
 
 
+def _blamed_key(bad: list[str]) -> str:
+    """The key of the column every bad row fails on (`<where>: answer is null`): with no row
+    left, that key is what to fix; rows bad for mixed reasons blame the prompt column."""
+    return "data.answer_key" if all(": answer " in b for b in bad) else "data.prompt_key"
+
+
 @rule("DATA009")
 def sampled_rows_good(cfg, plan):
     """The sampled rows have a usable prompt and answer: a bad row is an error under
@@ -128,7 +134,7 @@ def sampled_rows_good(cfg, plan):
                "if they name the wrong columns" + ("; data.bad_rows=skip trains on the rest." if mode is BadRows.error
                                                    else "."))
         if mode is BadRows.error or not f.tokens:
-            yield error("data.bad_rows" if f.tokens else "data.prompt_key", what,
+            yield error("data.bad_rows" if f.tokens else _blamed_key(f.bad), what,
                         "The run refuses a file with bad rows under data.bad_rows=error, and has nothing to train on "
                         "when every row is bad.", fix)
         else:

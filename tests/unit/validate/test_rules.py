@@ -12,6 +12,7 @@ is not registered are skipped with that reason (so a renamed rule shows up in `-
 """
 import atexit
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -34,13 +35,38 @@ def _tiny_checkpoint_json() -> str:
     text = {k: v for k, v in arch.items() if k != "model_type"}
     (folder / "config.json").write_text(json.dumps({"model_type": "glm5_next", "text_config": text}))
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "model-1.safetensors"}}))
-    (folder / "model-1.safetensors").write_bytes(b"")
+    (folder / "model-1.safetensors").write_bytes(safetensors_bytes({"w": [1]}))
     # A tokenizer without a chat template (a base model's): DATA005 warns when file prompts would use it.
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
     return str(folder)
 
 
+def safetensors_bytes(shapes: dict[str, list[int]]) -> bytes:
+    """A safetensors file of zero-filled float32 tensors of these shapes (its header is what MODEL009 reads)."""
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + bytes(offset)
+
+
 TINY_CHECKPOINT = _tiny_checkpoint_json()
+
+
+def _misshaped_checkpoint() -> str:
+    """TINY_CHECKPOINT with its shard holding the embedding as [64, 60] (hidden_size is 64)."""
+    folder = Path(tempfile.mkdtemp(prefix="test_rules_shapes_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    shutil.copytree(TINY_CHECKPOINT, folder, dirs_exist_ok=True)
+    name = "model.language_model.embed_tokens.weight"
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {name: "model-1.safetensors"}}))
+    (folder / "model-1.safetensors").write_bytes(safetensors_bytes({name: [64, 60]}))
+    return str(folder)
+
+
+MISSHAPED_CHECKPOINT = _misshaped_checkpoint()
 
 
 def _preflight_files() -> tuple[str, str]:
@@ -51,6 +77,8 @@ def _preflight_files() -> tuple[str, str]:
     rows = [{"question": "what is 3 plus 4?", "answer": "#### 7"}, {"question": "and 5 plus 5?", "answer": None},
             {"question": "what is 2 plus 2?", "answer": "#### 4"}]
     (folder / "bad.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "no_answers.jsonl").write_text("".join(json.dumps({**r, "answer": None}) + "\n" for r in rows))
+    (folder / "no_prompts.jsonl").write_text("".join(json.dumps({**r, "question": None}) + "\n" for r in rows))
     tok = folder / "tok"
     shutil.copytree(Path(__file__).parents[3] / "data/tiny_tokenizer", tok)
     config = json.loads((tok / "tokenizer_config.json").read_text())
@@ -61,6 +89,7 @@ def _preflight_files() -> tuple[str, str]:
 
 
 BAD_ROWS_FILE, RAISING_TEMPLATE = _preflight_files()
+NO_ANSWERS_FILE, NO_PROMPTS_FILE = (str(Path(BAD_ROWS_FILE).with_name(n)) for n in ("no_answers.jsonl", "no_prompts.jsonl"))
 
 
 def _eos_tokenizers() -> tuple[str, str]:
@@ -226,6 +255,10 @@ CASES = [
       "algorithm.max_response_len=1024", "inference.max_model_len=1180"),
     C("DATA009", "gsm8k_grpo", [f"data.train_path={BAD_ROWS_FILE}"], E, "data.bad_rows", "1 bad rows",
       "bad.jsonl:2: answer is null"),
+    C("DATA009", "gsm8k_grpo", [f"data.train_path={NO_ANSWERS_FILE}", "data.bad_rows=skip"], E, "data.answer_key",
+      "3 bad rows", "no_answers.jsonl:1: answer is null"),
+    C("DATA009", "gsm8k_grpo", [f"data.train_path={NO_PROMPTS_FILE}", "data.bad_rows=skip"], E, "data.prompt_key",
+      "3 bad rows", "no_prompts.jsonl:1: prompt is null"),
     C("DATA009", "gsm8k_grpo", [f"data.train_path={BAD_ROWS_FILE}", "data.bad_rows=skip"], W, "data.bad_rows",
       "bad.jsonl:2: answer is null"),
     C("DATA003", "tiny_grpo", ["data.reward_fn=no_such_module_q7.rewards:score"], E, "data.reward_fn",
@@ -338,6 +371,9 @@ CASES = [
       "qk_rope_head_dim=64"),
     C("MODEL003", "dapo_sync", ["model.hf_path=/nonexistent/glm5"], E, "model.hf_path", "/nonexistent/glm5",
       "config.json"),
+    C("MODEL009", "tiny_checkpoint", [f"model.hf_path={MISSHAPED_CHECKPOINT}"], E, "model.hf_path",
+      "1 tensor(s) of another shape", "model-1.safetensors holds model.language_model.embed_tokens.weight as "
+      "[64, 60], config.json gives [64, 64]"),
     C("MODEL006", "tiny_checkpoint", ["model.arch.hidden_size=128"], E, "model.arch.hidden_size",
       "hidden_size: descriptor 128 vs checkpoint 64", f"{TINY_CHECKPOINT}/config.json"),
     C("MODEL007", "tiny_grpo", ["model.tokenizer_path=/nonexistent/tok"], E, "model.tokenizer_path",
