@@ -1,4 +1,6 @@
 """Inference rules (docs/model.md sections 4 and 5): engine layout, KDA grid, memory share, router."""
+import math
+
 from launcher.config.schema.choices import GpuArch, InferenceBackendName, PlacementMode
 from launcher.plan.sync import SyncKind
 from launcher.validate.registry import error, rule, warning
@@ -88,7 +90,7 @@ def sampler_headroom(cfg, plan):
                     f"{need:.1f} GiB is needed outside the budget",
                     "The CUDA context, NCCL buffers and the sampler's logits live outside vLLM's budget; on a small "
                     "card 0.9 left no room for the sampler.",
-                    f"Set inference.gpu_memory_utilization <= {max(1 - need / cap, 0):.2f}.")
+                    f"Set inference.gpu_memory_utilization <= {math.floor(max(1 - need / cap, 0) * 100) / 100:.2f}.")
 
 
 @rule("INF006")

@@ -14,6 +14,7 @@ import atexit
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.errors import ConfigError
 from launcher.validate import RULES
 
 
@@ -330,6 +332,8 @@ CASES = [
       lambda p: f"trainer built {p.memory.colocated.startup_gib:,.1f} GiB"),
     C("MEM005", "dapo_sync", ["cluster.host_memory_gib=256"], E, "cluster.host_memory_gib", "it has 256.0 GiB",
       lambda p: f"needs {p.memory.host.total_per_node_gib:,.1f} GiB"),
+    C("MEM005", "dapo_sync", ["cluster.host_memory_gib=1000"], E, "cluster.host_memory_gib", "it has 1,000.0 GiB",
+      "sleeping engine weights 587.5 GiB"),  # sleep level 2 alone fits: its fix says so
     C("MEM006", "dapo_fullft", ["cluster=b300x1"], E, "trainer.lora.rank", "5.13 TiB", "313.3 B params",
       "8 x B300 hold 2.10 TiB", "hosts 2.00 TiB"),
     # --- trainer mesh
@@ -507,6 +511,80 @@ def test_inf002_fix_is_one_the_validator_accepts(point, overrides):
     assert "inference.engines" in fix, finding.fix
     fixed = point(*overrides, *(f"{k}={v}" for k, v in fix.items()))
     assert not fixed.of("INF002") and not fixed.of("INF001"), (finding.fix, fixed.findings)
+
+
+_SETTING = re.compile(r"(?<![\w.])(?P<key>[a-z_]+(?:\.[a-z_0-9]+)+)\s*(?P<op>>=|<=|=|>|<| to (?:at (?:least|most) )?)\s*"
+                      r"(?P<value>-?[\w.\[\]:/-]*\w\]?)")
+"""A setting a fix names: `key=value`, `key >= 10240`, `key < 8192`, `key to 179`, `key to at least 64`."""
+
+
+def _outside_parentheses_and_examples(fix: str) -> str:
+    """A fix's text without its asides: `(recipes use 8192)`, `(descriptor model.name=tiny, ...)`
+    and `e.g. ...` are context or illustration, not the settings it suggests."""
+    while (shorter := re.sub(r"\([^()]*\)", "", fix)) != fix:
+        fix = shorter
+    return re.sub(r"e\.g\. [^,;]*", "", fix)
+
+
+def _fix_settings(fix: str) -> list[tuple[str, str]]:
+    """(key, value) of every setting a fix names, a bound turned into the nearest value within it."""
+    out = []
+    for m in _SETTING.finditer(_outside_parentheses_and_examples(fix)):
+        value, op = m["value"], m["op"].strip()
+        if op.startswith("to") and not _is_number(value):
+            continue  # `Set data.train_path to a jsonl file`: prose, not a value
+        if op in (">", "<"):
+            step = 1 if value.lstrip("-").isdigit() else 0.01
+            value = f"{float(value) + (step if op == '>' else -step):g}"
+        out.append((m["key"], value))
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+FOLLOW_UPS = {"DATA006": {("DATA007", "data.max_prompt_len")}}
+"""Findings a fix may uncover, each with its own fix: raw text (data.chat_template=none) instead
+of a chat template that raises changes every prompt's length."""
+
+
+def _errors(p) -> set[tuple[str, str]]:
+    return {(f.id, f.key) for f in p.findings if f.severity == "error"}
+
+
+def test_every_fix_a_rule_suggests_is_one_the_validator_accepts(point):
+    """Each rule row's finding, its fix's settings applied to the failing point (each alone, then
+    all together): at least one way clears the rule's error at its key and adds no error the
+    failing point did not have. Fixes that name no setting (prose such as `Use a tp that divides
+    64`) are not checked here; the count below keeps the check from going vacuous."""
+    checked, wrong = 0, []
+    for case in (c for c in CASES if not c.bug and c.severity == E and c.rule in RULES):
+        overrides = (*BASES[case.base], *case.breaking)
+        broken = point(*overrides)
+        (finding,) = [f for f in broken.of(case.rule) if f.key == case.key]
+        settings = _fix_settings(finding.fix)
+        if not settings:
+            continue
+        checked += 1
+        tried = [[s] for s in settings] + ([settings] if len(settings) > 1 else [])
+        for chosen in tried:
+            keys = {k for k, _ in chosen}
+            try:
+                fixed = _errors(point(*(o for o in overrides if o.split("=")[0] not in keys),
+                                      *(f"{k}={v}" for k, v in chosen)))
+            except ConfigError as err:
+                fixed = {("compose", str(err))}
+            if (case.rule, case.key) not in fixed and fixed <= _errors(broken) | FOLLOW_UPS.get(case.rule, set()):
+                break
+        else:
+            wrong.append(f"{case.id}: {finding.fix!r} -> {sorted(fixed - _errors(broken) | fixed & {(case.rule, case.key)})}")
+    assert checked >= 40, checked
+    assert wrong == [], "fixes the validator refuses:\n" + "\n".join(wrong)
 
 
 def test_rules_are_pure_and_repeatable(point):
