@@ -15,3 +15,10 @@ class ExitCode(IntEnum):
     """The run, export or evaluation failed after it started."""
     INTERRUPTED = 130
     """Ctrl-C (SIGINT), as a shell reports it."""
+
+
+def unexpected(what: str) -> str:
+    """The line after the traceback of an error no command expects (a user's mistake is a message
+    without one): says it is a bug, so nobody hunts for it in their config."""
+    return (f"{what} failed on an unexpected error (traceback above): a bug of the launcher or a backend, not of "
+            "the config; please report it with the traceback")

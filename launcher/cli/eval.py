@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 
 from launcher.cli.args import UsageError
-from launcher.exit_codes import ExitCode
+from launcher.exit_codes import ExitCode, unexpected
 
 
 class EvalError(RuntimeError):
@@ -25,7 +25,10 @@ class EvalError(RuntimeError):
 
 
 def cmd_eval(tokens: list[str], fmt: str) -> int:
+    from launcher.contract.errors import CheckpointError
     from launcher.driver.evaluate import EvalConfigError
+    from launcher.driver.groups import ActorDiedError
+    from launcher.driver.placement import PlacementError
 
     paths = [t for t in tokens if "=" not in t]
     if len(paths) != 1 or tokens[:1] != paths:
@@ -36,9 +39,12 @@ def cmd_eval(tokens: list[str], fmt: str) -> int:
     except (EvalError, EvalConfigError) as err:
         sys.stderr.write(f"eval: {err}\n")
         return ExitCode.CONFIG
+    except (ActorDiedError, CheckpointError, PlacementError) as err:  # expected failures: no traceback
+        sys.stderr.write(f"eval failed: {err}\nRay stopped\n")
+        return ExitCode.RUN_FAILED
     except Exception:  # noqa: BLE001 - a backend failure: its traceback, after Ray is gone
         traceback.print_exc()
-        sys.stderr.write("eval failed (traceback above)\n")
+        sys.stderr.write(f"{unexpected('eval')}\n")
         return ExitCode.RUN_FAILED
 
 

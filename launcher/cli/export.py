@@ -3,7 +3,7 @@ import sys
 import traceback
 
 from launcher.cli.args import UsageError
-from launcher.exit_codes import ExitCode
+from launcher.exit_codes import ExitCode, unexpected
 
 
 def cmd_export(tokens: list[str], adapter: bool) -> int:
@@ -26,5 +26,5 @@ def cmd_export(tokens: list[str], adapter: bool) -> int:
         return ExitCode.RUN_FAILED
     except Exception:  # noqa: BLE001 - a backend failure: its traceback, after Ray and the partial folder are gone
         traceback.print_exc()
-        sys.stderr.write("export failed (traceback above); nothing was written\n")
+        sys.stderr.write(f"{unexpected('export')}. Nothing was written\n")
         return ExitCode.RUN_FAILED

@@ -27,7 +27,7 @@ from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
 from launcher.driver.placement import Placement, PlacementError
 from launcher.driver.ray_processes import RayStartInterrupted
 from launcher.driver.startup import Startup
-from launcher.exit_codes import ExitCode
+from launcher.exit_codes import ExitCode, unexpected
 
 PLACEMENT_TIMEOUT_S = 120.0
 
@@ -253,9 +253,7 @@ def launch(composed, plan, run_dir) -> int:
             return ExitCode.RUN_FAILED
         except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown
             traceback.print_exc()
-            sys.stderr.write("run failed on an unexpected error (traceback above): a bug of the launcher or a backend, "
-                             f"not of the config; please report it with the traceback. Ray stopped. Last checkpoint: "
-                             f"{ckpt.latest() or 'none'}\n")
+            sys.stderr.write(f"{unexpected('run')}. Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return ExitCode.RUN_FAILED
     sys.stdout.write(f"done: {config.run.steps} steps in {run_dir}; last checkpoint {last}\n")
     return ExitCode.OK
