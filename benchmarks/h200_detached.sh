@@ -25,8 +25,13 @@ fi
 end=$((SECONDS + $2))
 while [ $SECONDS -lt $end ] && [ ! -e "$JOB/rc" ]; do sleep 5; done
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv >"$JOB/nvidia_smi.txt" 2>&1
-find "$JOB" -maxdepth 5 -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.txt' -o -name rc \) \
+# The job's own logs and reports (depth 2 at most: a run folder's checkpoints nest deeper than
+# the device tool hands back), then each run's metrics.jsonl, flat.
+find "$JOB" -maxdepth 2 -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.txt' -o -name rc \) \
     -size -4M -exec cp --parents {} "$OUT" \;
+for metrics in "$JOB"/*/runs/*/metrics.jsonl; do
+    [ -e "$metrics" ] && cp "$metrics" "$OUT/$(basename "$(dirname "$metrics")")_metrics.jsonl"
+done
 tail -c 3000 "$JOB/job.log"
 [ -e "$JOB/rc" ] && echo "job exit $(cat "$JOB/rc")" || echo "job still running"
 if [ "${RETURN_CACHE:-0}" = 1 ]; then

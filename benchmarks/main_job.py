@@ -211,7 +211,7 @@ def main() -> None:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="slice4")
     parser.add_argument("--from-checkpoint", action="store_true")
     parser.add_argument("overrides", nargs="*", help="more launcher overrides (e.g. algorithm.routing_replay=true)")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     out, name = args.out.resolve(), f"main_{args.profile}{'_ckpt' if args.from_checkpoint else ''}"
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {"profile": args.profile, "from_checkpoint": args.from_checkpoint, "overrides": args.overrides}

@@ -67,9 +67,10 @@ class MemoryPlan:
 def sync_temporaries_gib(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> float:
     """Per GPU, the largest transient tensors of a colocated sync, measured on the 4-layer slice
     (one H200, docs/results.md: first sync 118 GiB sampled against 97 GiB planned without them):
-    - the trainer's LoRA merge of one MoE layer's stacked experts (model/megatron/lora.py
-      LoraGrouped.merged_weight: a copy of the rank's [experts, out, in] fc1 or fc2), when a
-      merged sync adapts the experts (9 GiB on the slice);
+    - the trainer's LoRA merge of the experts, when a merged sync adapts them: one expert at a
+      time where a rank holds the whole stack (model/megatron/weights.py hf_stream), else a copy
+      of the rank's [experts, out, in] fc1 or fc2 to gather (LoraGrouped.merged_weight; 9 GiB
+      on the slice, which with the engine's assembly ran the H200 out of memory in step 1's sync);
     - the hf engine's assembly of a fused expert tensor: gate and up each stacked over the
       experts, then concatenated into gate_up_proj (twice the fused tensor: 18 GiB on the slice).
     vLLM engines load experts into their fused parameters in place and add nothing here."""
@@ -81,7 +82,8 @@ def sync_temporaries_gib(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> f
     total, targets = 0.0, set(cfg.trainer.lora.targets)
     if cfg.trainer.lora.rank > 0 and sync_kind(cfg) is SyncKind.merged and targets & {"linear_fc1", "linear_fc2"}:
         widest = 2 if "linear_fc1" in targets else 1  # fc1 holds gate and up
-        total += mesh.experts_per_gpu * widest * expert_bytes / mesh.etp
+        stacked = mesh.ep > 1 or mesh.etp > 1  # the stack is gathered whole across ranks
+        total += (mesh.experts_per_gpu / mesh.etp if stacked else 1) * widest * expert_bytes
     if cfg.inference.backend is InferenceBackendName.hf:
         total += 2 * a.n_routed_experts * 2 * expert_bytes
     return total / GIB

@@ -93,11 +93,19 @@ class LoraGrouped(torch.nn.Module):
         low_AR = grouped_matmul(x_AI, self.lora_A, counts_G)
         return base_AO + self.scale * grouped_matmul(low_AR, self.lora_B, counts_G)
 
+    def merged_expert(self, expert: int) -> torch.Tensor:
+        """weight[expert] + scale * B @ A for one expert, in the weight's dtype: the merged sync
+        streams experts one at a time from here when this rank holds the whole stack
+        (model/megatron/weights.py hf_stream), so no copy of a layer's stack is ever made."""
+        lora_A, lora_B = (self.lora_A, self.lora_B) if self.shared else (self.lora_A[expert], self.lora_B[expert])
+        return self.weight[expert] + (self.scale * torch.matmul(lora_B.float(), lora_A.float())).to(self.weight.dtype)
+
     def merged_weight(self) -> torch.Tensor:
         """weight + scale * B @ A, a few experts at a time: the fp32 product of a whole layer's
         experts (27 GiB for the 4-layer slice's fc1, 288 x 4096 x 6144) beside its bf16 copies
         took the trainer from 50 to 86 GiB in the first sync, and the engine on the same H200
-        ran out of memory."""
+        ran out of memory. A copy of the whole stack: only for a stack split over ranks, which
+        must be gathered whole."""
         merged = self.weight.clone()
         for start in range(0, merged.shape[0], MERGE_EXPERTS_PER_CHUNK):
             chunk = slice(start, start + MERGE_EXPERTS_PER_CHUNK)

@@ -13,7 +13,7 @@ import torch
 
 from model.megatron.mapping import split
 from model.megatron.reader import FLOAT_DTYPES, CheckpointFormatError, SafetensorsFolder, TensorDict
-from model.megatron.shards import gather_full, shard_index, whole_shape
+from model.megatron.shards import gather_full, shard_index, shard_splits, whole_shape
 from model.names import CONV, EXPERTS, ONE, name_table, part_names
 
 
@@ -128,10 +128,30 @@ def hf_stream(model: torch.nn.Module, merged: bool = True) -> Iterator[tuple[str
               if merged and hasattr(module, "merged_weight")}
     for mname, kind, names in name_table(model.spec):
         owner = owners.get(mname)
+        if owner is not None and hasattr(owner, "merged_expert") and not shard_splits_over_ranks(tensors[mname]):
+            yield from _merged_experts(owner, names)
+            continue
         with torch.no_grad():  # not around the yields: grad mode stays the caller's between items
             full = gather_full(tensors[mname], owner.merged_weight() if owner is not None else None)
         yield from split(kind, names, full)
         del full
+
+
+def shard_splits_over_ranks(param: torch.Tensor) -> bool:
+    """Whether some rank other than this one holds part of `param` (it must be gathered whole)."""
+    return any(size > 1 for *_, size, _ in shard_splits(param))
+
+
+def _merged_experts(owner, names: tuple[str, ...]) -> Iterator[tuple[str, torch.Tensor]]:
+    """A whole expert stack's checkpoint tensors, LoRA merged one expert at a time (split's
+    order and values): the stack's merged copy (9 GiB of fc1 on the 4-layer slice) stayed
+    beside the engine's assembly in a colocated sync and ran the H200 out of memory."""
+    for expert in range(owner.weight.shape[0]):
+        with torch.no_grad():
+            merged = owner.merged_expert(expert)
+        for name, part in zip(names, merged.chunk(len(names), dim=0), strict=True):
+            yield name.format(e=expert), part
+        del merged
 
 
 def export_hf_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -75,3 +75,35 @@ def test_lora_grads_match_hf_full_weight_grads(shared):
     worst = min((cosine(got[n], expected[n]), n) for n in got if expected[n].abs().sum() > 0)
     assert worst[0] > 0.999, worst
     assert all(p.grad is None for n, p in meg.named_parameters() if ".lora_" not in n)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_merged_stream_equals_the_whole_stack_merge_bitwise(shared, monkeypatch):
+    """hf_stream merges an unsplit expert stack one expert at a time (no copy of the stack):
+    the same bf16 values, names and order as splitting LoraGrouped.merged_weight."""
+    from launcher.config.compose import compose
+    from model.megatron.build import build_model
+    from model.megatron.lora import LoraGrouped, apply_lora
+    from model.megatron.mapping import split
+    from model.megatron.spec import ModelSpec
+    from model.megatron.weights import hf_stream
+    from model.names import EXPERTS, name_table
+
+    init_world_of_one()
+    cfg = compose(["model=tiny", "model.dtype=bfloat16"]).config
+    meg = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), "cpu")
+    apply_lora(meg, ["linear_fc1", "linear_fc2"], rank=4, alpha=8.0, share_expert_adapters=shared, expert_rank=2)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for param in meg.parameters():  # build_model leaves the weights uninitialized
+            param.copy_(torch.randn(param.shape, generator=gen).to(param.dtype) * 0.05)
+    owners = {f"{n}.weight": m for n, m in meg.named_modules() if isinstance(m, LoraGrouped)}
+    kinds = {mname: (kind, names) for mname, kind, names in name_table(meg.spec)}
+    want = dict(part for mname, owner in owners.items() for part in split(*kinds[mname], owner.merged_weight()))
+    assert all(kinds[m][0] == EXPERTS for m in owners) and len(want) > 8
+    monkeypatch.setattr(LoraGrouped, "merged_weight", lambda self: pytest.fail("a copy of the whole stack was made"))
+    streamed = list(hf_stream(meg, merged=True))
+    got = {name: t for name, t in streamed if name in want}
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[n], want[n]) and got[n].dtype == torch.bfloat16 for n in want)
+    assert [n for n, _ in streamed if n in want] == list(want)  # split's order: expert by expert

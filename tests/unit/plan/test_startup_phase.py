@@ -120,13 +120,15 @@ SLICE_MERGED = ("recipe=tiny_grpo_chat", "model=glm5_3_flash_4layer", "cluster=h
 
 
 def test_first_sync_counts_the_merge_and_the_engines_expert_assembly(point):
-    """The 4-layer slice on one H200 (docs/results.md): the trainer's merged copy of one layer's
-    288 fc1 experts (gate and up: 9 GiB) and the hf engine's gate/up stacks and their
-    concatenation (18 GiB); 124 GiB planned against 118 GiB sampled every 2 s."""
+    """The 4-layer slice on one H200 (docs/results.md): the trainer merges one expert's fc1 at
+    a time (it holds all 288), the hf engine stacks gate and up and concatenates them (18 GiB);
+    with EP the trainer's stack of its experts is copied to be gathered whole (gate and up)."""
     a = point(*SLICE_MERGED).cfg.model.arch
     gate_gib = a.n_routed_experts * a.moe_intermediate_size * a.hidden_size * 2 / GIB
     slice_ = point(*SLICE_MERGED).plan.memory.colocated
-    assert slice_.sync_temporaries_gib == pytest.approx(2 * gate_gib + 4 * gate_gib)
+    assert slice_.sync_temporaries_gib == pytest.approx(2 * gate_gib / a.n_routed_experts + 4 * gate_gib)
     attention_only = point(*SLICE_MERGED, "trainer.lora.targets=[linear_proj,q_proj]").plan.memory.colocated
     assert attention_only.sync_temporaries_gib == pytest.approx(4 * gate_gib)  # the engine's assembly alone
+    split = point(*SLICE_MERGED, "cluster.gpus_per_node=2", "trainer.mesh.ep=2").plan.memory.colocated
+    assert split.sync_temporaries_gib == pytest.approx(2 * gate_gib / 2 + 4 * gate_gib)
     assert point("recipe=dapo_sync").plan.memory.colocated.sync_temporaries_gib == 0  # adapter sync, vLLM engines
