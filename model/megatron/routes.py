@@ -15,6 +15,9 @@ from contextlib import contextmanager
 import torch
 from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_function
 
+from model.megatron.moe import MoE
+from model.megatron.parallel import tp_rank, tp_size
+
 
 class RouteSlot:
     def __init__(self, replay: bool):
@@ -72,3 +75,17 @@ def packed_routes(routes, rows: list[int], sequences, total_tokens: int, moe_lay
         grid[start: start + n - 1] = torch.from_numpy(array.astype("int64"))
         start += n
     return grid
+
+
+def attach_route_slot(model: torch.nn.Module, replay: bool) -> RouteSlot:
+    """One RouteSlot on every MoE block of `model`, each block told its position among them."""
+    slot = RouteSlot(replay=replay)
+    for index, moe in enumerate(m for m in model.modules() if isinstance(m, MoE)):
+        moe.moe_index, moe.route_slot = index, slot
+    return slot
+
+
+def rank_routes(grid_TLK: torch.Tensor) -> torch.Tensor:
+    """The rows of a packed micro-batch's routes this rank's MoE blocks see: with TP > 1 the
+    stream is sequence parallel, so this TP rank's contiguous 1/tp of it."""
+    return grid_TLK.chunk(tp_size())[tp_rank()] if tp_size() > 1 else grid_TLK

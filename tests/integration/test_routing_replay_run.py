@@ -19,3 +19,16 @@ def test_every_step_replays_the_engines_routes(launch_run, recipe):
     assert all(r["routing_agreement"] == 1.0 and 0 <= r["routing_agreement_own"] <= 1 for r in steps)
     if recipe == "tiny_grpo":  # on-policy: the same weights and routes give the engine's log-probs
         assert all(r["logprob_abs_diff_max"] < 1e-3 for r in steps)
+
+
+def test_megatron_replays_the_engines_routes_on_two_data_parallel_ranks(launch_run):
+    """The tiny recipe's two CPU ranks (the Megatron CPU path is data parallel only, MESH014):
+    each rank replays its shard's routes on its packed stream."""
+    run = launch_run("replay_megatron_dp2", ["trainer.backend=megatron", *SMALL, "run.steps=2", "checkpoint.every_steps=0",
+                                             "algorithm.max_response_len=4", "algorithm.routing_replay=true"])
+    code, out, err = run.finish()
+    assert code == 0, err[-3000:]
+    steps = [r for r in run.metrics() if "reward" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["routing_agreement"] == 1.0 for r in steps), [r["routing_agreement"] for r in steps]
+    assert all(r["logprob_abs_diff_max"] < 1e-3 for r in steps), [r["logprob_abs_diff_max"] for r in steps]

@@ -20,6 +20,7 @@ from launcher.contract.spec import ActorSpec
 from launcher.plan.sync import SyncKind
 from launcher.workers.megatron import checkpoint
 from launcher.workers.megatron import model as megatron_model
+from launcher.workers.megatron._checkpoint_identity import identity
 from launcher.workers.megatron._export import adapter_tensors
 from launcher.workers.megatron._pack import PackedBatch, pack_shard
 from launcher.workers.megatron.state import DeviceMover, lora_disabled
@@ -29,8 +30,8 @@ from model.megatron import token_logprobs
 from model.megatron.entropy import token_entropy
 from model.megatron.moe import MoE
 from model.megatron.optim import reduce_grads, sum_grads_without_ddp
-from model.megatron.parallel import tp_rank, tp_size
-from model.megatron.routes import RouteSlot, packed_routes
+from model.megatron.parallel import tp_size
+from model.megatron.routes import attach_route_slot, packed_routes, rank_routes
 from model.megatron.weights import hf_stream
 
 
@@ -68,20 +69,15 @@ class MegatronTrainer(TrainerBase):
         """algorithm.routing_replay / routing_agreement: one RouteSlot on every MoE block."""
         alg = self.cfg.algorithm
         self.route_slot, self.moes = None, [m for m in self.model.modules() if isinstance(m, MoE)]
-        if not (alg.routing_replay or alg.routing_agreement):
-            return
-        self.route_slot = RouteSlot(replay=alg.routing_replay)
-        for index, moe in enumerate(self.moes):
-            moe.moe_index, moe.route_slot = index, self.route_slot
+        if alg.routing_replay or alg.routing_agreement:
+            self.route_slot = attach_route_slot(self.model, replay=alg.routing_replay)
 
     def _routes(self, shard: TrainShard, batch: PackedBatch, count: bool) -> AbstractContextManager:
         if getattr(self, "route_slot", None) is None or shard.routes is None:
             return super()._routes(shard, batch, count)
         grid = packed_routes(shard.routes, batch.rows, shard.sequences, batch.ids_T.shape[0], len(self.moes),
                              self.moes[0].topk)
-        if tp_size() > 1:  # the MoE blocks see this rank's 1/tp of the stream (sequence parallel)
-            grid = grid.chunk(tp_size())[tp_rank()]
-        return self.route_slot.active(grid, count)
+        return self.route_slot.active(rank_routes(grid), count)
 
     def _route_counts(self) -> dict[str, float]:
         return self.route_slot.counts() if getattr(self, "route_slot", None) is not None else {}
@@ -138,7 +134,7 @@ class MegatronTrainer(TrainerBase):
         complete only after finalize_checkpoint() on every rank. Returns blocked_s (training
         waited), write_s (None while an async write runs) and bytes this rank writes."""
         self.finalize_checkpoint()
-        stats, self._pending_write = checkpoint.save(path, self.model, self.optimizer, checkpoint.identity(self.cfg),
+        stats, self._pending_write = checkpoint.save(path, self.model, self.optimizer, identity(self.cfg),
                                                       async_write)
         return stats
 
@@ -149,11 +145,11 @@ class MegatronTrainer(TrainerBase):
 
     def load_checkpoint(self, path: str) -> str | None:
         """Any mesh's checkpoint of this run into this rank (a collective). Raises
-        checkpoint.CheckpointError (damaged or missing file, named) or CheckpointMismatchError
+        CheckpointError (damaged or missing file, named) or CheckpointMismatchError
         (another base model, LoRA settings or kind). Returns what changed when the
         checkpoint was written on another mesh (None when it was this one)."""
         self.finalize_checkpoint()
-        saved = checkpoint.load(path, self.model, self.optimizer, checkpoint.identity(self.cfg))
+        saved = checkpoint.load(path, self.model, self.optimizer, identity(self.cfg))
         mesh = {"tp": self.mesh.tp, "ep": self.mesh.ep, "etp": self.mesh.etp, "dp": self.dp}
         if saved["mesh"] == mesh:
             return None
