@@ -65,12 +65,12 @@ def _trainer(cfg):
 
 def _state(trainer) -> dict:
     """Host copies of every weight, and of the optimizer's fp32 masters and moments."""
-    from launcher.workers.megatron import checkpoint
+    from launcher.workers.megatron.checkpoint_optimizer import distributed_parts, distributed_states
 
     names = {id(p): n for n, p in trainer.model.named_parameters()}
     out = {n: p.detach().float().cpu().clone() for n, p in trainer.model.named_parameters()}
-    for part in checkpoint._distributed_parts(trainer.optimizer):
-        for param, _, states in checkpoint._distributed_states(part):
+    for part in distributed_parts(trainer.optimizer):
+        for param, _, states in distributed_states(part):
             out.update({f"{k}.{names[id(param)]}": v.detach().float().cpu().clone() for k, v in states.items()})
     return out
 

@@ -20,9 +20,9 @@ from launcher.contract.spec import ActorSpec
 from launcher.plan.sync import SyncKind
 from launcher.workers.megatron import checkpoint
 from launcher.workers.megatron import model as megatron_model
-from launcher.workers.megatron._checkpoint_identity import identity
 from launcher.workers.megatron._export import adapter_tensors
 from launcher.workers.megatron._pack import PackedBatch, pack_shard
+from launcher.workers.megatron.checkpoint_identity import identity
 from launcher.workers.megatron.state import DeviceMover, lora_disabled
 from launcher.workers.registry import TRAINERS
 from launcher.workers.trainer_base import TrainerBase, clip_grad_norm, tagged

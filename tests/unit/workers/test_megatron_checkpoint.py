@@ -1,4 +1,4 @@
-"""Megatron trainer checkpoints on CPU (launcher/workers/megatron/checkpoint.py): a resumed
+"""Megatron trainer checkpoints on CPU (launcher/workers/megatron/checkpoint.py and checkpoint_*.py): a resumed
 trainer continues bit for bit (full fine-tuning and LoRA, sync and async writes), checkpoints
 reshard between meshes (DP2, TP2, EP2, TP2+ETP2 <-> one rank; weights and AdamW moments,
 compared whole), LoRA holds only its adapters, a LoRA checkpoint refuses another base, and a
@@ -49,7 +49,7 @@ def _folder_bytes(path: str) -> int:
 def test_flat_boxes_cover_a_range_once_in_order(shape):
     from math import prod
 
-    from launcher.workers.megatron.checkpoint import flat_boxes
+    from launcher.workers.megatron.checkpoint_layout import flat_boxes
 
     n = prod(shape)
     whole = torch.arange(n).view(shape)
@@ -64,7 +64,7 @@ def test_flat_boxes_cover_a_range_once_in_order(shape):
 def test_strided_shard_is_blocks_of_the_whole_tensor_and_flat_ranges_map_into_them(monkeypatch):
     """fc1 (gate|up, stride 2) split over TP4: rank 1 holds rows [32:64) and [160:192) of the
     whole [256, 8]; any DP range of its flattened slice lands on exactly those elements."""
-    from launcher.workers.megatron import checkpoint as ck
+    from launcher.workers.megatron import checkpoint_layout as ck
 
     whole = torch.arange(256 * 8).view(256, 8)
     local = torch.cat([whole[32:64], whole[160:192]])
@@ -128,7 +128,8 @@ def test_lora_checkpoint_holds_adapters_only_and_is_much_smaller(tmp_path):
 
 @pytest.mark.slow
 def test_lora_checkpoint_refuses_another_base(tmp_path):
-    from launcher.workers.megatron.checkpoint import CheckpointMismatchError, check_identity
+    from launcher.contract.errors import CheckpointMismatchError
+    from launcher.workers.megatron.checkpoint_identity import check_identity
 
     trainer = _trainer(*LORA)
     trainer.save_checkpoint(str(tmp_path / "ckpt"))
@@ -148,7 +149,7 @@ def test_lora_checkpoint_refuses_another_base(tmp_path):
 
 
 def test_base_fingerprint_reads_the_index(tmp_path):
-    from launcher.workers.megatron.checkpoint import base_fingerprint
+    from launcher.contract.base_identity import base_fingerprint
 
     for name, text in (("a", '{"weight_map": {"x": "1.safetensors"}}'), ("b", '{"weight_map": {"x": "2.safetensors"}}')):
         (tmp_path / name).mkdir()
@@ -158,7 +159,7 @@ def test_base_fingerprint_reads_the_index(tmp_path):
 
 @pytest.mark.slow
 def test_damaged_or_missing_file_is_named(tmp_path):
-    from launcher.workers.megatron.checkpoint import CheckpointError
+    from launcher.contract.errors import CheckpointError
 
     trainer = _trainer()
     good = tmp_path / "good"
