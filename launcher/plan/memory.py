@@ -15,7 +15,7 @@ resolved one (plan/_sleep.py), which the engines and the sync loop use.
 """
 from dataclasses import dataclass
 
-from launcher.config.schema.choices import InferenceBackendName, PlacementMode
+from launcher.config.schema.choices import PlacementMode
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan._sleep import resolve_sleep_level
@@ -71,9 +71,10 @@ def sync_temporaries_gib(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> f
       time where a rank holds the whole stack (model/megatron/weights.py hf_stream), else a copy
       of the rank's [experts, out, in] fc1 or fc2 to gather (LoraGrouped.merged_weight; 9 GiB
       on the slice, which with the engine's assembly ran the H200 out of memory in step 1's sync);
-    - the hf engine's assembly of a fused expert tensor: gate and up each stacked over the
-      experts, then concatenated into gate_up_proj (twice the fused tensor: 18 GiB on the slice).
-    vLLM engines load experts into their fused parameters in place and add nothing here."""
+    Engines add nothing here: vLLM's and the hf engine (launcher/workers/hf/experts_in_place.py)
+    copy each expert's tensors into their fused parameters as they arrive. (The hf engine's
+    stacking and concatenation, as transformers runs its rules, held three copies of a layer's
+    fused tensor: 27 GiB on the slice, where step 1's sync ran out of memory.)"""
     a = cfg.model.arch
     if not f.has_moe:
         return 0.0
@@ -84,8 +85,6 @@ def sync_temporaries_gib(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> f
         widest = 2 if "linear_fc1" in targets else 1  # fc1 holds gate and up
         stacked = mesh.ep > 1 or mesh.etp > 1  # the stack is gathered whole across ranks
         total += (mesh.experts_per_gpu / mesh.etp if stacked else 1) * widest * expert_bytes
-    if cfg.inference.backend is InferenceBackendName.hf:
-        total += 2 * a.n_routed_experts * 2 * expert_bytes
     return total / GIB
 
 

@@ -129,6 +129,12 @@ class HfEngine(EngineBase, ServedWeights):
         lora.load_adapter(self.model, tensors)
         self.version = version
 
+    def _plain_parameters(self, base) -> dict[str, torch.Tensor]:
+        """The model's parameters under the plain in-memory names the assembler uses (PEFT's
+        `.base_layer.` taken out); looked up per bucket, since a wake from sleep level 2
+        gives every parameter new storage."""
+        return {name.replace(".base_layer.", "."): param for name, param in base.named_parameters()}
+
     def _base_model(self):
         return self.model.get_base_model() if hasattr(self.model, "peft_config") else self.model
 
@@ -144,10 +150,10 @@ class HfEngine(EngineBase, ServedWeights):
 
     def _load_full(self, checkpoint_tensors: dict[str, torch.Tensor]) -> None:
         """Checkpoint-named tensors in; each in-memory tensor is loaded once all its parts are in."""
-        tensors = self._assembler().add(checkpoint_tensors)
+        target = self._base_model()
+        tensors = self._assembler().add(checkpoint_tensors, parameters=self._plain_parameters(target))
         if not tensors:
             return
-        target = self._base_model()
         if hasattr(self.model, "peft_config"):
             tensors = lora.to_peft_names(target, tensors)
         result = target.load_state_dict(tensors, strict=False)

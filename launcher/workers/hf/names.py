@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
+from launcher.workers.hf.experts_in_place import copy_in_place, expert_slots
+
 VISION_PREFIX = "model.visual."
 """In-memory names of the vision tower, which the language model's weights, sync and export leave out."""
 
@@ -90,15 +92,23 @@ class ModelNameAssembler:
         """{checkpoint name: shape}: every checkpoint tensor of the model (the sync manifest)."""
         self.target_of = {src: target for target, srcs in self.sources.items() for src in srcs}
         self.pending: dict[str, dict[str, torch.Tensor]] = {}
+        self.slots = expert_slots(self.converters, self.sources, self.expected)
+        """Checkpoint tensors of fused experts that `add` can copy into place (experts_in_place.py)."""
 
-    def add(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Take checkpoint-named tensors; return the in-memory tensors now complete."""
+    def add(self, tensors: dict[str, torch.Tensor],
+            parameters: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Take checkpoint-named tensors; return the in-memory tensors now complete. With
+        `parameters` ({in-memory name: the model's tensor}), a fused expert's pieces are
+        copied into it as they come instead (nothing returned or kept for them)."""
         done = {}
         for name, tensor in tensors.items():
             target = self.target_of.get(name)
             if target is None:
                 raise ValueError(f"weight {name} is not a checkpoint tensor of this model "
                                  f"(expected names such as {sorted(self.target_of)[:3]})")
+            if parameters is not None and name in self.slots:
+                copy_in_place(parameters, self.slots[name], tensor)
+                continue
             group = self.pending.setdefault(target, {})
             group[name] = tensor
             if set(group) == self.sources[target]:

@@ -119,16 +119,16 @@ SLICE_MERGED = ("recipe=tiny_grpo_chat", "model=glm5_3_flash_4layer", "cluster=h
                 "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]")
 
 
-def test_first_sync_counts_the_merge_and_the_engines_expert_assembly(point):
+def test_first_sync_counts_the_trainers_merge(point):
     """The 4-layer slice on one H200 (docs/results.md): the trainer merges one expert's fc1 at
-    a time (it holds all 288), the hf engine stacks gate and up and concatenates them (18 GiB);
-    with EP the trainer's stack of its experts is copied to be gathered whole (gate and up)."""
+    a time (it holds all 288); with EP its stack of experts is copied to be gathered whole
+    (gate and up). The hf engine copies experts into place and adds nothing."""
     a = point(*SLICE_MERGED).cfg.model.arch
     gate_gib = a.n_routed_experts * a.moe_intermediate_size * a.hidden_size * 2 / GIB
     slice_ = point(*SLICE_MERGED).plan.memory.colocated
-    assert slice_.sync_temporaries_gib == pytest.approx(2 * gate_gib / a.n_routed_experts + 4 * gate_gib)
+    assert slice_.sync_temporaries_gib == pytest.approx(2 * gate_gib / a.n_routed_experts)
     attention_only = point(*SLICE_MERGED, "trainer.lora.targets=[linear_proj,q_proj]").plan.memory.colocated
-    assert attention_only.sync_temporaries_gib == pytest.approx(4 * gate_gib)  # the engine's assembly alone
+    assert attention_only.sync_temporaries_gib == 0
     split = point(*SLICE_MERGED, "cluster.gpus_per_node=2", "trainer.mesh.ep=2").plan.memory.colocated
-    assert split.sync_temporaries_gib == pytest.approx(2 * gate_gib / 2 + 4 * gate_gib)
+    assert split.sync_temporaries_gib == pytest.approx(2 * gate_gib / 2)
     assert point("recipe=dapo_sync").plan.memory.colocated.sync_temporaries_gib == 0  # adapter sync, vLLM engines

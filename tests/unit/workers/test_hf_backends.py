@@ -137,3 +137,25 @@ def test_top_p_restricts_sampling_but_reports_the_full_log_prob():
     assert torch.allclose(logp_B, torch.full_like(logp_B, float(torch.log(torch.tensor(0.6)))))
     tokens_B, _ = sample_next(logits_BV, temperature=1.0, top_p=0.8, generator=gen)
     assert set(tokens_B.tolist()) == {0, 1}
+
+
+def test_fused_experts_load_in_place_and_equal_the_trainers(monkeypatch):
+    """A sync after a level-2 sleep writes each per-expert tensor into its fused parameter as it
+    arrives (experts_in_place.py): transformers' stacking and concatenation never run for the
+    experts, and every engine tensor equals the trainer's."""
+    import torch
+    from transformers.core_model_loading import MergeModulelist
+
+    trainer, engine = _pair([])
+    assert len(engine._assembler().slots) > 0
+    engine.sleep(2)
+    monkeypatch.setattr(MergeModulelist, "convert", lambda *a, **k: pytest.fail("experts were stacked, not copied in place"))
+    sync_in_process(trainer, [engine], 1, with_base=True)
+    engine.wake()
+    from launcher.workers.hf.names import VISION_PREFIX
+
+    want, got = trainer.model.state_dict(), engine.model.state_dict()
+    fused = [n for n in got if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+    assert fused and want.keys() == got.keys()
+    synced = [n for n in want if not n.startswith(VISION_PREFIX)]  # the vision tower is never synced
+    assert all(torch.equal(got[n], want[n]) for n in synced)
