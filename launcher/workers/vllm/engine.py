@@ -5,6 +5,9 @@ InferenceBackend Protocol, one per Ray actor.
 The engine core runs in the actor's process (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight
 buckets reach the workers through `collective_rpc` without another process hop, and on a
 CPU that is the only mode in which in-process weight reloads work.
+With algorithm.routing_replay / routing_agreement each generation carries the MoE routes
+vLLM captured (enable_return_routed_experts), in the hf engine's layout (routes.py); GPU only
+(ROUTE002: vLLM captures routes in Model Runner V2, which needs Triton).
 """
 import itertools
 import logging
@@ -16,8 +19,9 @@ from launcher.plan.sync import SyncKind
 from launcher.workers.engine_base import ServedWeights
 from launcher.workers.manifest import SyncManifest
 from launcher.workers.vllm._model_dir import engine_model_dir
-from launcher.workers.vllm.args import engine_kwargs, ray_executor_env, supported_kwargs
+from launcher.workers.vllm.args import engine_kwargs, ray_executor_env, returns_routes, routes_env, supported_kwargs
 from launcher.workers.vllm.glm_start import prepare_glm_engine
+from launcher.workers.vllm.routes import moe_layer_indices, to_routes
 from launcher.workers.vllm.sampling import tokens_and_logprobs, vllm_sampling_params
 from launcher.workers.vllm.transfer import engine_rank_offset
 
@@ -46,8 +50,10 @@ class _DropMessage(logging.Filter):
         return not record.getMessage().endswith(self.suffix)
 
 
-def _set_process_env() -> None:
+def _set_process_env(cfg) -> None:
     """Environment vLLM reads at import/start; set before `import vllm`, never overriding the user's."""
+    for name, value in routes_env(cfg).items():
+        os.environ.setdefault(name, value)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     # One line per weight sync and request batch at INFO would bury the loop's step lines.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -67,7 +73,7 @@ def _engine_arg_names() -> list[str]:
 
 class VllmEngine(ServedWeights):
     def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int, engine_index: int = 0):
-        _set_process_env()
+        _set_process_env(cfg)
         try:
             from vllm import LLM
             from vllm.platforms import current_platform
@@ -104,6 +110,12 @@ class VllmEngine(ServedWeights):
         self._told_no_sleep = False
         self._lora = None
         self._request_ids = itertools.count()
+        self.returns_routes = returns_routes(cfg)
+        """Each generation carries its MoE routes (routes.py) for the trainer's replay or agreement."""
+        arch = cfg.model.arch
+        self._route_shape = dict(moe_layers=moe_layer_indices(plan.arch.mlp_layer_types),
+                                 num_layers=len(plan.arch.mlp_layer_types), top_k=arch.num_experts_per_tok,
+                                 n_experts=arch.n_routed_experts)
         self._model_cfg, self._pad_id = cfg.model, pad_id
         self._expected: dict | None = None
         self._manifest: SyncManifest | None = None
@@ -126,6 +138,7 @@ class VllmEngine(ServedWeights):
         pending = deque(enumerate(inputs))
         in_flight: dict[str, int] = {}
         results: list[tuple | None] = [None] * len(request.prompts)
+        routes: list | None = [None] * len(request.prompts) if self.returns_routes else None
         while pending or in_flight:
             while pending and len(in_flight) < self.concurrency:
                 row, prompt = pending.popleft()
@@ -136,9 +149,14 @@ class VllmEngine(ServedWeights):
                 in_flight[request_id] = row
             for output in engine.step():
                 if output.finished:
-                    results[in_flight.pop(output.request_id)] = tokens_and_logprobs(output.outputs[0])
+                    row = in_flight.pop(output.request_id)
+                    results[row] = tokens_and_logprobs(output.outputs[0])
+                    if routes is not None:
+                        seq_len = len(request.prompts[row]) + len(results[row][0])
+                        routes[row] = to_routes(output.outputs[0].routed_experts, seq_len, **self._route_shape)
         tokens, logprobs, finished = (list(column) for column in zip(*results, strict=True))
-        return Generation(tokens=tokens, logprobs=logprobs, finished=finished, policy_version=self.version)
+        return Generation(tokens=tokens, logprobs=logprobs, finished=finished, policy_version=self.version,
+                          routes=routes)
 
     # ---- colocation -------------------------------------------------------------------------
 
