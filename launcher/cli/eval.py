@@ -101,7 +101,8 @@ def _score_on_ray(cfg, plan, checkpoint: Path, state, evaluator, scorer, tokeniz
     with ray_session(cfg, plan.env) as embedded:
         trainers, engines = place_groups(cfg, plan, embedded)
         restore(trainers, None, checkpoint, fallback=False)
-        sync_weights(trainers, engines, state.policy_version, with_base=not engines_hold_base(engines, cfg), wait=True)
+        sync_weights(trainers, engines, state.policy_version, wait=True,
+                     with_base=not engines_hold_base(engines, plan.sync.kind, cfg.model.hf_path))
         if plan.memory.sleep_level:  # colocated: the engines get the GPUs, as in a run's generation phase
             trainers.call("offload")
             engines.call("wake")

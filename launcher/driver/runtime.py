@@ -55,7 +55,7 @@ class Runtime:
         started = time.monotonic()
         if self.last_sync is not None:
             check_pending(self.engines, self.last_sync.pending)
-        if with_base and engines_hold_base(self.engines, self.config):
+        if with_base and engines_hold_base(self.engines, self.plan.sync.kind, self.config.model.hf_path):
             with_base = False
         self.last_sync = sync_weights(self.trainers, self.engines, self.state.policy_version, with_base, wait)
         return time.monotonic() - started

@@ -27,7 +27,7 @@ import collections
 from dataclasses import dataclass, field
 
 from launcher.contract.base_identity import checkpoint_base
-from launcher.plan.sync import BUCKET_BYTES, MAX_BUCKETS_ALIVE, SyncKind, sync_kind
+from launcher.plan.sync import BUCKET_BYTES, MAX_BUCKETS_ALIVE, SyncKind
 
 
 @dataclass
@@ -44,14 +44,15 @@ class SyncStats:
     """wait=False: the engines' calls still queued (checked at the next sync)."""
 
 
-def engines_hold_base(engines, config) -> bool:
-    """Adapter sync: whether every engine already serves the frozen base the trainer adapts,
-    the checkpoint model.hf_path (same folder, same sha256 of its index) it loaded at start;
-    then a sync asked to send the base (the first one) sends only the adapter. A random init
-    has no such base, and an engine that dropped its weights (sleep level 2) reports none."""
-    if sync_kind(config) is not SyncKind.adapter or not config.model.hf_path:
+def engines_hold_base(engines, kind: SyncKind, hf_path: str | None) -> bool:
+    """Adapter sync (`kind`, the plan's plan.sync.kind): whether every engine already serves
+    the frozen base the trainer adapts, the checkpoint `hf_path` (model.hf_path: same folder,
+    same sha256 of its index) it loaded at start; then a sync asked to send the base (the
+    first one) sends only the adapter. A random init (no hf_path) has no such base, and an
+    engine that dropped its weights (sleep level 2) reports none."""
+    if kind is not SyncKind.adapter or not hf_path:
         return False
-    expected = checkpoint_base(config.model.hf_path)
+    expected = checkpoint_base(hf_path)
     return all(loaded == expected for loaded in engines.call("loaded_base"))
 
 

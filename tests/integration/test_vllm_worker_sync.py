@@ -42,10 +42,11 @@ def engine_and_config(tiny_qwen3_checkpoint):
 def test_engine_reports_its_checkpoint_so_the_first_sync_skips_the_base(engine_and_config, tiny_qwen3_checkpoint):
     from launcher.contract.base_identity import checkpoint_base
     from launcher.driver.weight_sync import engines_hold_base
+    from launcher.plan import make_plan
 
     engine, cfg = engine_and_config
     assert engine.loaded_base() == checkpoint_base(str(tiny_qwen3_checkpoint))
-    assert engines_hold_base(_Engines(engine), cfg)
+    assert engines_hold_base(_Engines(engine), make_plan(cfg).sync.kind, cfg.model.hf_path)
 
 
 def _spy_on_load_weights(worker) -> None:

@@ -14,6 +14,7 @@ import torch
 from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.driver.weight_sync import engines_hold_base, sync_weights
+from launcher.plan import make_plan
 from launcher.workers import engine_class, trainer_class
 
 ADAPTER = ["recipe=tiny_grpo", "trainer.lora.rank=4", "trainer.lora.alpha=8",
@@ -61,10 +62,15 @@ def _config(hf_path, *extra):
     return compose([f"model.hf_path={hf_path}", *ADAPTER, *extra]).config
 
 
+def _hold_base(engines, cfg) -> bool:
+    """engines_hold_base as Runtime.sync_weights asks it: with the plan's sync kind."""
+    return engines_hold_base(engines, make_plan(cfg).sync.kind, cfg.model.hf_path)
+
+
 def _first_sync(cfg, trainer, engine):
     """What Runtime.sync_weights does for the run's first push (with_base=True asked)."""
     engines = _InProcess([engine])
-    with_base = not engines_hold_base(engines, cfg)
+    with_base = not _hold_base(engines, cfg)
     return with_base, sync_weights(_InProcess([trainer]), engines, 1, with_base, wait=True, max_bucket_bytes=BOUND)
 
 
@@ -92,16 +98,16 @@ def test_first_sync_skips_the_base_the_engines_loaded(tiny_glm_checkpoint):
 def test_the_base_is_sent_when_the_engines_lack_it(tiny_glm_checkpoint, tmp_path):
     cfg = _config(tiny_glm_checkpoint)
     engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
-    assert engines_hold_base(_InProcess([engine]), cfg)
+    assert _hold_base(_InProcess([engine]), cfg)
     other = shutil.copytree(tiny_glm_checkpoint, tmp_path / "other")
     index = json.loads((other / "model.safetensors.index.json").read_text())
     index["metadata"] = {**index.get("metadata", {}), "note": "another base"}
     (other / "model.safetensors.index.json").write_text(json.dumps(index))
-    assert not engines_hold_base(_InProcess([engine]), _config(other))  # same path layout, other sha256
+    assert not _hold_base(_InProcess([engine]), _config(other))  # same path layout, other sha256
     random_init = compose(ADAPTER).config
-    assert not engines_hold_base(_InProcess([engine_class("hf")(ActorSpec.planned(random_init, 0))]), random_init)
+    assert not _hold_base(_InProcess([engine_class("hf")(ActorSpec.planned(random_init, 0))]), random_init)
     engine.sleep(2)  # dropped its weights
-    assert not engines_hold_base(_InProcess([engine]), cfg)
+    assert not _hold_base(_InProcess([engine]), cfg)
 
 
 def test_merged_syncs_never_ask(tiny_glm_checkpoint):
@@ -109,4 +115,4 @@ def test_merged_syncs_never_ask(tiny_glm_checkpoint):
         def call(self, method):
             raise AssertionError("a merged sync has no separate base to skip")
 
-    assert not engines_hold_base(NoEngines(), _config(tiny_glm_checkpoint, "trainer.lora.merge=true"))
+    assert not _hold_base(NoEngines(), _config(tiny_glm_checkpoint, "trainer.lora.merge=true"))
