@@ -6,14 +6,14 @@ disagree with what `plan` printed and `validate` checked.
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
-
+from launcher.config.schema import LauncherConfig
 from launcher.plan import Plan, make_plan
 
 
 @dataclass(frozen=True)
 class ActorSpec:
-    config: DictConfig
+    config: LauncherConfig
+    """The composed, typed config (launcher/config/compose.py)."""
     plan: Plan
     rank: int
     """Trainer rank, or engine index."""
@@ -24,6 +24,6 @@ class ActorSpec:
     reports its phases to; None outside a run (tests, benchmarks)."""
 
     @classmethod
-    def planned(cls, config: DictConfig, rank: int = 0, world: int = 1) -> "ActorSpec":
+    def planned(cls, config: LauncherConfig, rank: int = 0, world: int = 1) -> "ActorSpec":
         """A spec with a fresh plan: for a worker built outside the driver (tests, benchmarks)."""
         return cls(config, make_plan(config), rank, world)

@@ -1,38 +1,50 @@
 """What a loop works with: the two actor groups, the data, the algorithm, logs, checkpoints."""
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.driver.checkpoint import Checkpointer, DriverState
 from launcher.driver.data import PromptStream
 from launcher.driver.metrics import StepLogger
 from launcher.driver.weight_sync import SyncStats, check_pending, engines_hold_base, sync_weights
 
+if TYPE_CHECKING:  # only for the annotations: importing them here would pull in ray
+    from launcher.config.schema import LauncherConfig
+    from launcher.driver.evaluate import Evaluator, PendingEval
+    from launcher.driver.groups import EngineGroup, TrainerGroup
+    from launcher.plan import Plan
+    from launcher.rl.algorithm import Algorithm
+    from launcher.rl.reward_fn import RewardScorer
+    from launcher.rl.tokenizer import Tokenizer
+
 
 @dataclass
 class Runtime:
-    config: object
-    plan: object
+    config: LauncherConfig
+    plan: Plan
     run_dir: Path
-    trainers: object
-    """orchestrate.groups.TrainerGroup (or anything with its methods)."""
-    engines: object
-    """orchestrate.groups.EngineGroup."""
-    tokenizer: object
+    trainers: TrainerGroup
+    """driver/groups.py TrainerGroup (or anything with its methods)."""
+    engines: EngineGroup
+    """driver/groups.py EngineGroup."""
+    tokenizer: Tokenizer
     stream: PromptStream
-    algorithm: object
+    algorithm: Algorithm
     logger: StepLogger
     checkpointer: Checkpointer
     state: DriverState = field(default_factory=DriverState)
     last_checkpoint: Path | None = None
     last_sync: SyncStats | None = None
-    evaluator: object = None
+    evaluator: Evaluator | None = None
     """evaluate.Evaluator when run.eval_every_steps / eval_before_train ask for evaluations."""
-    pending_eval: object = None
+    pending_eval: PendingEval | None = None
     """The evaluation start_eval sent and finish_eval has not collected yet."""
     checkpoint_stats: dict = field(default_factory=dict)
     """checkpoint_blocked_s / checkpoint_write_s of the step being logged."""
-    scorer: object = None
+    scorer: RewardScorer | None = None
     """reward_fn.RewardScorer of data.task / data.reward_fn; built here when not given, so a
     data.reward_fn that cannot be imported fails before the first step."""
 
