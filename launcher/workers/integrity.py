@@ -6,7 +6,7 @@ A loader's own checks see only what breaks its format: a torch.load or DCP read 
 with a flipped byte in the middle of a tensor succeeds and trains on the damage. So each
 rank lists what it wrote right after writing it, and a loader compares every file against
 the list before reading it; a mismatch names the file. The Megatron and hf trainers both
-write and check this record (megatron/checkpoint.py, hf/trainer.py).
+write and check this record (megatron/checkpoint.py and checkpoint_files.py, hf/trainer.py).
 """
 import json
 import os

@@ -1,14 +1,14 @@
 """LoRA rules: MoE rank normalisation, adapter sync with vLLM, targetable modules."""
 from launcher.config.schema.choices import InferenceBackendName, TrainerBackendName
 from launcher.plan.lora import KNOWN_TARGETS, VLLM_LORA_RANKS
-from launcher.plan.sync import SyncKind, sync_kind
+from launcher.plan.sync import SyncKind
 from launcher.validate.registry import error, rule, warning
 
 NOT_TARGETABLE = ("f_b_proj", "g_b_proj")
 
 
-def _adapter_sync(cfg) -> bool:
-    return sync_kind(cfg) is SyncKind.adapter
+def _adapter_sync(plan) -> bool:
+    return plan.sync.kind is SyncKind.adapter
 
 
 @rule("LORA001")
@@ -25,7 +25,8 @@ def rank_divides_topk(cfg, plan):
 @rule("LORA002")
 def vllm_rank(cfg, plan):
     """Adapter sync needs a vLLM-legal max_lora_rank."""
-    if _adapter_sync(cfg) and cfg.inference.backend is InferenceBackendName.vllm and cfg.trainer.lora.rank not in VLLM_LORA_RANKS:
+    vllm = cfg.inference.backend is InferenceBackendName.vllm
+    if _adapter_sync(plan) and vllm and cfg.trainer.lora.rank not in VLLM_LORA_RANKS:
         yield error("trainer.lora.rank", f"trainer.lora.rank={cfg.trainer.lora.rank} with adapter sync",
                     "vLLM's max_lora_rank only takes " + ", ".join(map(str, VLLM_LORA_RANKS)) + ".",
                     "Pick the rank from that list, or set trainer.lora.merge=true.")
@@ -34,7 +35,7 @@ def vllm_rank(cfg, plan):
 @rule("LORA003")
 def experts_in_vllm_targets(cfg, plan):
     """Adapter sync of a MoE model needs `experts` among inference.lora_targets."""
-    if (_adapter_sync(cfg) and cfg.inference.backend is InferenceBackendName.vllm and plan.arch.has_moe
+    if (_adapter_sync(plan) and cfg.inference.backend is InferenceBackendName.vllm and plan.arch.has_moe
             and "experts" not in cfg.inference.lora_targets):
         yield error("inference.lora_targets",
                     f"inference.lora_targets={list(cfg.inference.lora_targets)} lacks `experts` with adapter sync",
@@ -112,7 +113,7 @@ process_weights_after_loading), and never calls the LoRA-wrapped layer."""
 @rule("LORA009")
 def vllm_unserved_targets(cfg, plan):
     """Adapter sync to vLLM cannot serve a LoRA on MLA's kv_b_proj."""
-    if not (_adapter_sync(cfg) and cfg.inference.backend is InferenceBackendName.vllm):
+    if not (_adapter_sync(plan) and cfg.inference.backend is InferenceBackendName.vllm):
         return
     bad = [t for t in cfg.trainer.lora.targets if t in VLLM_UNSERVED_TARGETS]
     if bad:
