@@ -30,6 +30,8 @@ import pytest
 
 from tests.unit.megatron_world import init_world_of_one, megatron_core  # noqa: F401  (skips without megatron-core)
 
+pytestmark = pytest.mark.slow  # 360 draws through megatron-core's checks: ~10 s, the fast set's largest file
+
 SEED, DRAWS_PER_BASE = 21, 120
 BASES = {
     "glm5_3_flash": ("recipe=dapo_sync",),
