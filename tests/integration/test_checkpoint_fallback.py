@@ -27,7 +27,8 @@ def test_auto_resume_falls_back_past_a_checkpoint_the_trainers_cannot_load(launc
     resumed = launch_run("fallback", SMALL + CHECKPOINTS + ["run.steps=6", "run.resume=auto"])
     code, out, err = resumed.finish()
     assert code == 0, err[-3000:]
-    assert f"skipping {newest}: a trainer rank could not load it (DamagedCheckpointError: {model} is damaged" in err
+    assert (f"skipping {newest}: a trainer rank could not load it (DamagedCheckpointError: {model} does not match "
+            "the size and crc32 its writer recorded") in err  # the integrity record tells, before torch.load
     assert f"resumed from {checkpoints / 'step_000002'} (step 2)" in out
     assert f"removed {unfinished}" in err and not unfinished.exists()
     # Line 1 is the first run's startup row, lines 2-5 its steps, line 6 the torn one.
