@@ -14,13 +14,15 @@ GLM-5.3-Flash RL launcher: validate -> plan -> Ray -> train.
   python -m launcher -m plan trainer.mesh.tp=2,4  sweep (every point validated first)
   python -m launcher export CHECKPOINT_DIR OUT_DIR [--adapter]   HF folder (LoRA merged) or PEFT adapter
   python -m launcher eval CHECKPOINT_DIR [overrides] [--format json]   held-out greedy / mean@k scores
-  python -m launcher [-m] submit cluster.ray_address=HOST:6379 [overrides]   each legal point as a Ray job
+  python -m launcher [-m] submit cluster.ray_address=HOST:6379 [overrides] [--format json]   each legal point as a Ray job
   python -m launcher jobs [run.output_dir=DIR] [--format json]   submitted jobs and their live state
-  python -m launcher sbatch [overrides]           a Slurm script: Ray on the allocation, then the run
+  python -m launcher sbatch [overrides] [--dry-run | --submit]   a Slurm script: Ray on the allocation, then the run
+  python -m launcher rayjob [overrides] [--dry-run]   a KubeRay RayJob manifest (`kubectl apply -f` it)
 
 Flags: -m/--multirun, --cfg job|all (print the composed config and exit),
        --keep sequences_per_step (plan: re-plan the batch for this cluster),
        --adapter (export: the LoRA adapter as a PEFT folder instead of the merged model),
+       --dry-run (sbatch, rayjob: print the script or manifest; write nothing), --submit (sbatch: and sbatch it),
        --root DIR (a config root: DIR's recipes/, clusters/, model/descriptors/ join the shipped ones;
                    validate --all --root DIR checks DIR's recipes only: the pre-commit hook),
        --help keys (every config key with its meaning), --version
