@@ -110,7 +110,8 @@ def test_compose_takes_every_arch_field_from_config_json(tmp_path, bare_descript
     expected = ArchConfig(**{**descriptor_arch("tiny"), "intermediate_size": 96, "moe_intermediate_size": 16,
                              "head_dim": 0})
     assert plan.params.total == count_params(expected).total
-    assert [f for f in findings if f.severity == "error"] == []
+    # The fixture's shards are empty files: MODEL009 reads their headers and says so; nothing else errs.
+    assert [f.id for f in findings if f.severity == "error"] == ["MODEL009"] * 2
 
 
 @pytest.mark.slow
