@@ -1,4 +1,5 @@
 """The subcommands. Each composes, checks and plans before anything is started or written."""
+import os
 import sys
 from pathlib import Path
 
@@ -103,3 +104,16 @@ def take_run_dir_lock(run_dir: Path) -> RunDirLock | None:
     except RunDirLocked as err:
         sys.stderr.write(f"refusing to start: {err}\n")
         return None
+
+
+def write_beside_plan(composed: Composed, plan, name: str, text: str) -> Path | None:
+    """The run's config and plan files, and `text` as <run dir>/<name> (sbatch.sh, rayjob.yaml),
+    written under the run directory's lock; None when a live run holds it (named on stderr)."""
+    run_dir = Path(os.path.abspath(run_dir_of(composed)))
+    lock = take_run_dir_lock(run_dir)
+    if lock is None:
+        return None
+    with lock:
+        write_run_files(composed, plan.to_dict())
+        (run_dir / name).write_text(text)
+    return run_dir / name

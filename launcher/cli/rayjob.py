@@ -15,15 +15,13 @@ import re
 import shlex
 import sys
 from importlib import metadata
-from pathlib import Path
 
 import yaml
 
-from launcher.cli.commands import take_run_dir_lock
+from launcher.cli.commands import write_beside_plan
 from launcher.cli.submit import refuse_secret_overrides
 from launcher.config.compose import Composed
 from launcher.config.schema.choices import GpuArch
-from launcher.driver.rundir import run_dir_of, write_run_files
 from launcher.errors import Finding
 from launcher.exit_codes import ExitCode
 from launcher.validate import plan_and_check
@@ -146,14 +144,9 @@ def cmd_rayjob(composed: Composed, dry_run: bool) -> int:
     if dry_run:
         sys.stdout.write(text)
         return ExitCode.OK
-    run_dir = Path(os.path.abspath(run_dir_of(composed)))
-    lock = take_run_dir_lock(run_dir)
-    if lock is None:
+    manifest = write_beside_plan(composed, plan, "rayjob.yaml", text)
+    if manifest is None:
         return ExitCode.REFUSED
-    with lock:
-        write_run_files(composed, plan.to_dict())
-        manifest = run_dir / "rayjob.yaml"
-        manifest.write_text(text)
     sys.stdout.write(f"wrote {manifest}: `kubectl apply -f {manifest}` runs it on {composed.config.cluster.nodes} "
                      "pod(s) (the project's tests check this shape against KubeRay v1.7.0's RayJob CRD; none was "
                      "applied to a cluster)\n")

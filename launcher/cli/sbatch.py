@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 from launcher.cli.args import UsageError
-from launcher.cli.commands import take_run_dir_lock
+from launcher.cli.commands import write_beside_plan
 from launcher.cli.slurm_time import TimeLimit, time_limit
 from launcher.cli.submit import refuse_secret_overrides
 from launcher.config.compose import Composed
-from launcher.driver.rundir import run_dir_of, write_run_files
+from launcher.driver.rundir import run_dir_of
 from launcher.exit_codes import ExitCode
 from launcher.validate import plan_and_check
 from launcher.validate.report import findings_text
@@ -121,13 +121,9 @@ def cmd_sbatch(composed: Composed, dry_run: bool, submit: bool) -> int:
     if dry_run:
         sys.stdout.write(sbatch_script(composed, run_dir, limit))
         return ExitCode.OK
-    lock = take_run_dir_lock(run_dir)
-    if lock is None:
+    script = write_beside_plan(composed, plan, "sbatch.sh", sbatch_script(composed, run_dir, limit))
+    if script is None:
         return ExitCode.REFUSED
-    with lock:
-        write_run_files(composed, plan.to_dict())
-        script = run_dir / "sbatch.sh"
-        script.write_text(sbatch_script(composed, run_dir, limit))
     if submit:
         return _submit(script)
     sys.stdout.write(f"wrote {script}: `sbatch {script}` runs it on {composed.config.cluster.nodes} node(s) "
