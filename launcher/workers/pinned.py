@@ -28,10 +28,6 @@ class PinnedHost:
         self.tensors = tensors
         self.views: list[torch.Tensor] | None = None
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors)
-
     def _allocate(self) -> list[torch.Tensor]:
         groups: dict[torch.dtype, list[int]] = defaultdict(list)
         for index, tensor in enumerate(self.tensors):

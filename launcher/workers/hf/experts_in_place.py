@@ -28,17 +28,11 @@ class Slot:
     rows: int
 
 
-def _in_place_ops(converter) -> int | None:
-    """The concatenation dim within one expert (0 for gate/up, None when there is nothing
-    to concatenate) if the converter's operations are the stacking kind; -1 otherwise."""
-    names = [type(op).__name__ for op in converter.operations]
-    if names[:1] != ["MergeModulelist"] or converter.operations[0].dim != 0:
-        return -1
-    if names == ["MergeModulelist"]:
-        return None
-    if names == ["MergeModulelist", "Concatenate"] and converter.operations[1].dim == 1:
-        return 0
-    return -1
+def _stacks_experts(converter) -> bool:
+    """Whether the converter stacks experts (MergeModulelist over dim 0), then at most joins
+    the sources along their rows (Concatenate(dim=1) of the stacks): the layout Slot describes."""
+    ops = [(type(op).__name__, getattr(op, "dim", None)) for op in converter.operations]
+    return ops in ([("MergeModulelist", 0)], [("MergeModulelist", 0), ("Concatenate", 1)])
 
 
 def _pattern_regex(pattern: str) -> re.Pattern:
@@ -50,7 +44,7 @@ def expert_slots(converters, sources: dict[str, set[str]], expected: dict[str, t
     `sources`: {in-memory name: its checkpoint names}, `expected`: {checkpoint name: shape}."""
     slots = {}
     for converter in converters:
-        if _in_place_ops(converter) == -1:
+        if not _stacks_experts(converter):
             continue
         regexes = [_pattern_regex(p) for p in converter.source_patterns]
         for target, names in sources.items():
