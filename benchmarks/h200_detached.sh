@@ -17,6 +17,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JOB
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TRITON_CACHE_AUTOTUNING=1  # autotune winners on disk (the launcher sets it for its workers too)
 if [ "$1" = start ]; then
     rm -rf "$JOB" && mkdir -p "$JOB"
     setsid nohup bash -c "$3; echo \$? > $JOB/rc" >"$JOB/job.log" 2>&1 < /dev/null &

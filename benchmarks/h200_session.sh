@@ -13,6 +13,7 @@ for pkg in .pkgs/*.txz; do [ -e "$pkg" ] && { tar xJf "$pkg" -C /tmp/site || exi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor  # torch.compile'd kernels travel with the Triton cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TRITON_CACHE_AUTOTUNING=1  # autotune winners on disk (the launcher sets it for its workers too)
 if compgen -G ".tritonparts/triton.txz*" >/dev/null; then
     cat .tritonparts/triton.txz* | tar xJf - -C "$HOME" || echo "Triton cache in .tritonparts/ unreadable: starting cold"
 else

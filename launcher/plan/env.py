@@ -39,6 +39,11 @@ def plan_env(cfg: LauncherConfig, f: ArchFacts, driver_env: Mapping[str, str], l
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         log.add("env.PYTORCH_CUDA_ALLOC_CONF", env["PYTORCH_CUDA_ALLOC_CONF"],
                 "colocated hf engine and trainer share each GPU: freed blocks go back to the GPU, not one process's cache")
+    if arch is not GpuArch.cpu and f.has_kda:
+        # fla's KDA kernels autotune per shape (minutes on a first step); Triton writes the winners to its
+        # cache folder only with this, so a resumed run, an export or the next run on the node skips it.
+        env["TRITON_CACHE_AUTOTUNING"] = "1"
+        log.add("env.TRITON_CACHE_AUTOTUNING", 1, "KDA's fla kernels: keep autotune results in Triton's disk cache")
     if arch is GpuArch.cpu:
         env["OMP_NUM_THREADS"] = "1"  # one thread per worker: trainer ranks and engines share few cores
     env.update({k: str(v) for k, v in cfg.env.items()})

@@ -287,6 +287,15 @@ def test_no_fla_tilelang_elsewhere(point, overrides):
     assert "FLA_TILELANG" not in point(*overrides).plan.env
 
 
+def test_autotune_results_kept_on_disk_for_kda_on_gpus(point):
+    """fla's kernels autotune for minutes per shape: a resumed run must not pay it again."""
+    assert point("recipe=gsm8k_grpo", "cluster=h100x4").plan.env["TRITON_CACHE_AUTOTUNING"] == "1"
+    assert "TRITON_CACHE_AUTOTUNING" not in point("recipe=tiny_grpo").plan.env  # CPU: no Triton
+    assert "TRITON_CACHE_AUTOTUNING" not in point(
+        "recipe=gsm8k_grpo", "model=glm5_3_flash_4layer",
+        "model.arch.layer_types=[indexed_attention,indexed_attention,indexed_attention,indexed_attention]").plan.env
+
+
 HOPPER_TP2 = ["recipe=gsm8k_grpo", "cluster=h100x4", "model=glm5_3_flash_4layer", "inference.tp=4", "trainer.mesh.ep=4"]
 
 
