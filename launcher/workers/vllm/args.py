@@ -9,6 +9,7 @@ from launcher.config.schema.root import LauncherConfig
 from launcher.plan import Plan
 from launcher.plan.lora import VLLM_LORA_RANKS
 from launcher.plan.sync import SyncKind
+from launcher.workers.vllm.glm_config import fill_glm5_next_fields
 from launcher.workers.vllm.transfer import transfer_backend
 
 # The smallest KV cache a CPU engine gets: vLLM needs room for at least one full block
@@ -68,6 +69,9 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
         logprobs_mode="processed_logprobs",
         worker_extension_cls=WORKER_EXTENSION,
     )
+    if cfg.model.arch.model_type == "glm5_next":
+        # Fields vLLM's Glm5Next reads and transformers' config lacks (glm_config.py).
+        kwargs["hf_overrides"] = fill_glm5_next_fields
     if cfg.model.language_model_only:
         # Without it vLLM builds Glm5Next's multimodal processor, which refuses to start with
         # skip_tokenizer_init (renderers/base.py); text-only models ignore it.
