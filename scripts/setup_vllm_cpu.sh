@@ -40,6 +40,9 @@ pip_install() {
 pip_install "torch==2.13.0+cpu"
 pip_install --no-deps -r "$LOCK"
 # Remove what an earlier, unpinned install may have left: they break `import vllm`.
+# No torchvision build exists for torch 2.13.0+cpu on any index this machine reaches (PyPI has
+# CUDA builds only, and no sdist): the tests that import vLLM's Glm5Next stand in for its one
+# torchvision import with tests/integration/vllm_torchvision_shim.py.
 "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 # The project itself, editable; its own dependencies are in the lock.
 pip_install --no-deps -e .
