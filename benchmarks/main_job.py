@@ -206,6 +206,10 @@ def exported_logprobs(folder: Path, base: Path | None) -> list[float]:
 
 
 def main() -> None:
+    # Started in the background by a non-interactive shell (h200_detached.sh), this process would
+    # inherit SIGINT ignored and pass that on to the launcher, which then never sees the Ctrl-C it
+    # is sent (the H200 run of 2026-12-03 trained on to step 6). A handler is reset at exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="slice4")
