@@ -6,7 +6,7 @@
 Trainer rank 0 (`megatron` backend, world 1, LoRA on the attention projections, merged) runs in
 this process and an `hf` engine in a second one on the same GPU (benchmarks/harness/engine_process.py:
 torch.multiprocessing spawn; the GPU machine has no Ray), with the product's driver between
-them (launcher/driver/weight_sync.stream_weights: two buckets in flight, release after finish).
+them (launcher/weight_sync/pump.stream_weights: two buckets in flight, release after finish).
 Per transport: the adapters move (new merged weights), the engine's KL to the trainer is
 measured, the sync is timed, and the KL is measured again: a small KL after proves the right
 tensors landed. Printed: GiB moved, seconds, GB/s, the plan's estimate for that transport.
@@ -22,11 +22,10 @@ from benchmarks.harness.megatron_setup import init_distributed
 from benchmarks.megatron_throughput import emit, log, lora_overrides
 from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
-from launcher.driver.weight_sync import stream_weights
 from launcher.plan import make_plan
-from launcher.plan.sync import CUDA_IPC, HOST, bucketed_seconds
+from launcher.plan.sync import BUCKET_BYTES, SyncTransport, bucketed_seconds
+from launcher.weight_sync.pump import stream_weights
 from launcher.workers.megatron.trainer import MegatronTrainer
-from launcher.workers.stream import BUCKET_BYTES
 from model.megatron import full_logits, pack_lengths
 
 GIB = 2**30
@@ -77,12 +76,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="glm5_3_flash_4layer")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--transports", default=f"{HOST},{CUDA_IPC}",
+    parser.add_argument("--transports", default=f"{SyncTransport.host},{SyncTransport.cuda_ipc}",
                         help="comma-separated, in order; on --device cpu only host runs (CUDA IPC is GPU-only)")
     parser.add_argument("--tokens", type=int, default=512, help="sequence length of the KL check")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    transports = args.transports.split(",") if args.device == "cuda" else [HOST]
+    transports = [SyncTransport(t) for t in args.transports.split(",")] if args.device == "cuda" else [SyncTransport.host]
     device = init_distributed(device_type=args.device)
     cfg = compose(overrides(args)).config
     plan = make_plan(cfg)

@@ -8,7 +8,7 @@ The `megatron` trainer backend (TP over the GPUs, LoRA on the attention projecti
 its weights in the planner's buckets to an `hf` engine on GPU 0 through the product's
 protocol: begin_export / next_bucket on every trainer rank (each bucket a gather across
 the mesh), begin_weight_update / load_weight_bucket / finish_weight_update on the engine
-(launcher/workers/stream.sync_in_process: what the driver does, minus the Ray hop).
+(launcher/weight_sync/pump.sync_in_process: what the driver does, minus the Ray hop).
 Timed: a merged sync, the first adapter sync (frozen base first) and a steady adapter
 sync, each against plan.sync.seconds of the same config. The engine's logits after the
 merged sync, and after adapter syncs of moved adapters, are compared with the trainer's
@@ -26,9 +26,9 @@ from benchmarks.megatron_throughput import emit, lora_overrides
 from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.plan import make_plan
+from launcher.weight_sync.pump import sync_in_process
 from launcher.workers.hf.engine import HfEngine
 from launcher.workers.megatron.trainer import MegatronTrainer
-from launcher.workers.stream import sync_in_process
 from model.megatron import full_logits, pack_lengths
 
 TARGETS = [t for t in DOMAIN_LORA_TARGETS if t not in ("linear_fc1", "linear_fc2")]

@@ -171,7 +171,7 @@ def trainer_logprobs(overrides: list[str], checkpoint: Path) -> list[float]:
     import torch
 
     from launcher.config.compose import compose
-    from launcher.contract.protocols import TrainShard
+    from launcher.contract.messages import TrainShard
     from launcher.contract.spec import ActorSpec
     from launcher.workers import trainer_class
     from launcher.workers.rendezvous import free_address

@@ -1,5 +1,5 @@
 """An hf engine in a second process on the same GPU, driven by the product's weight-sync driver
-(launcher/driver/weight_sync.stream_weights) without Ray: what a colocated run does with its
+(launcher/weight_sync/pump.stream_weights) without Ray: what a colocated run does with its
 trainer rank 0 and engine 0, so CUDA IPC buckets cross a real process boundary.
 
 The device machine has no Ray, so the engine runs under torch.multiprocessing (spawn) and
@@ -122,7 +122,7 @@ class LocalTrainers:
     rank 0 still kept for the engine once its finish was confirmed."""
 
     def __init__(self, trainer, transport: str):
-        self.trainer, self.bucket_transport = trainer, transport
+        self.trainer, self.transport = trainer, transport
         self.held_at_release: int | None = None
 
     def begin_export(self, version, with_base, max_bucket_bytes, transport):

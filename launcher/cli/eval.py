@@ -96,7 +96,7 @@ def _score_on_ray(cfg, plan, checkpoint: Path, state, evaluator, scorer, tokeniz
     from launcher.driver.checkpoint import restore
     from launcher.driver.cluster import ray_session
     from launcher.driver.launch import place_groups
-    from launcher.driver.weight_sync import engines_hold_base, sync_weights
+    from launcher.weight_sync.push import engines_hold_base, sync_weights
 
     with ray_session(cfg, plan.env) as embedded:
         trainers, engines = place_groups(cfg, plan, embedded)

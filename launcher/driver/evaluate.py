@@ -51,7 +51,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from launcher.contract.protocols import SamplingParams
+from launcher.contract.messages import SamplingParams
 from launcher.driver.plot import EVAL_MARK
 from launcher.driver.rollout import groups_per_chunk, make_chunks, sampling_params, split_generation
 from launcher.rl.reward_fn import as_scorer

@@ -15,11 +15,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from launcher.config.schema.choices import RouterPolicy
 from launcher.contract.errors import PeerLostError
-from launcher.contract.protocols import EngineWait
 from launcher.contract.spec import ActorSpec
 from launcher.driver.cluster import secret_worker_env
 from launcher.driver.deadlines import TRANSFER_STEP, CallDeadlines
 from launcher.driver.startup import FINAL_WAIT_S, POLL_S, StartupView
+from launcher.plan.sync import SyncTransport
+from launcher.weight_sync.messages import EngineWait
 
 
 class ActorDiedError(RuntimeError):
@@ -174,8 +175,8 @@ class TrainerGroup(_Group):
         super().__init__(CallDeadlines.of_run(config, plan))
         self.world, self.dp = plan.mesh.world, plan.mesh.dp
         self.model_parallel = plan.mesh.world != plan.mesh.dp or plan.mesh.ep * plan.mesh.etp > 1
-        self.bucket_transport = plan.sync.transport
-        """How the weight sync's buckets travel (plan/sync.py bucket_transport): weight_sync applies it."""
+        self.transport = plan.sync.transport
+        """How weights reach the engines (plan/sync.py sync_transport): weight_sync/push.py picks its plug-in."""
         self._transfer_connected = False
         remote_cls, secrets = _remote_with_secrets(cls)
         for rank, gpu_slot in enumerate(plan.placement.trainer_slots):
@@ -215,11 +216,12 @@ class TrainerGroup(_Group):
         parallelism every rank (each tensor is gathered across ranks; only rank 0 keeps it)."""
         return self.actors if self.model_parallel else self.actors[:1]
 
-    def begin_export(self, version: int, with_base: bool, max_bucket_bytes: int, transport: str = "host"):
+    def begin_export(self, version: int, with_base: bool, max_bucket_bytes: int,
+                     transport: SyncTransport = SyncTransport.host):
         """Start the streamed export of policy `version`; returns the ObjectRef of rank 0's
         WeightUpdate header, passed on to the engines unread: a failed begin surfaces through
         the engines' begin_weight_update (which takes it) and through next_bucket. `transport`
-        "cuda_ipc": rank 0's buckets are handles of its device buffers (the engines' GPU)."""
+        cuda_ipc: rank 0's buckets are handles of its device buffers (the engines' GPU)."""
         refs = [a.begin_export.remote(version, with_base, max_bucket_bytes, transport) for a in self._exporters()]
         return refs[0]
 
@@ -280,8 +282,6 @@ class EngineGroup(_Group):
         self._progress_at = [0.0] * len(self.actors)
         """When each busy engine last finished a chunk (or, idle before, was given one): monotonic s."""
         self._owner: dict = {}
-        self._transfer: str | None = None
-        self._transfer_asked = False
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -336,14 +336,7 @@ class EngineGroup(_Group):
         self._answered.add((engine, "generate"))
         return out
 
-    def weight_transfer(self) -> str | None:
-        """The GPU weight transfer the engines started with, or None (buckets); asked once."""
-        if not self._transfer_asked:
-            self._transfer = self.call("weight_transfer")[0]  # one config: every engine says the same
-            self._transfer_asked = True
-        return self._transfer
-
-    # A streamed weight update (launcher/driver/weight_sync.py): each returns one ObjectRef per
+    # A streamed weight update (launcher/weight_sync/pump.py): each returns one ObjectRef per
     # engine, in submission order behind whatever the engine is generating.
 
     def begin_weight_update(self, update) -> list:
@@ -360,7 +353,7 @@ class EngineGroup(_Group):
 
     def transfer_wait(self) -> EngineWait:
         """The bound on one step of a GPU weight transfer, which trainer rank 0 waits on itself
-        (vllm/transfer.py EngineGroupClient), and these engines' names for its error."""
+        (weight_sync/transports/vllm_engine.py EngineGroupClient), and these engines' names for its error."""
         first = any((i, TRANSFER_STEP) not in self._answered for i in range(len(self.actors)))
         deadline = self.deadlines.of(TRANSFER_STEP, first)
         return EngineWait([_who(label, info) for label, info in zip(self.labels, self.info, strict=True)],

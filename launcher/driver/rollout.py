@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from launcher.contract.protocols import Generation, GenerationRequest, SamplingParams
+from launcher.contract.messages import Generation, GenerationRequest, SamplingParams
 from launcher.rl.reward_fn import as_scorer
 from launcher.rl.tasks import Problem
 

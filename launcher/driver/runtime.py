@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from launcher.driver.checkpoint import Checkpointer, DriverState
 from launcher.driver.data import PromptStream
 from launcher.driver.metrics import StepLogger
-from launcher.driver.weight_sync import SyncStats, check_pending, engines_hold_base, sync_weights
+from launcher.weight_sync.messages import SyncStats
+from launcher.weight_sync.push import check_pending, engines_hold_base, sync_weights
 
 if TYPE_CHECKING:  # only for the annotations: importing them here would pull in ray
     from launcher.config.schema import LauncherConfig
@@ -56,14 +57,15 @@ class Runtime:
 
     def sync_weights(self, with_base: bool, wait: bool) -> float:
         """Stream the trainer's weights (policy version `state.policy_version`) to every
-        engine, bucket by bucket (weight_sync.py); returns the seconds it took.
+        engine by the plan's transport (launcher/weight_sync/push.py: buckets, or vLLM's GPU
+        transfer); returns the seconds it took.
 
         wait=False (async): the engines take the update after the chunks already queued on
         them; this returns once its last bucket is handed over (the export has then read
         every weight, so the trainer may take its next step).
 
         with_base is dropped when the engines serve the very checkpoint the trainer adapts
-        (weight_sync.engines_hold_base): the first adapter sync then ships the adapter alone."""
+        (weight_sync/push.py engines_hold_base): the first adapter sync then ships the adapter alone."""
         started = time.monotonic()
         if self.last_sync is not None:
             check_pending(self.engines, self.last_sync.pending)

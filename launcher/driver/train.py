@@ -7,7 +7,7 @@ first so that every mini-batch's PPO ratio is taken against the same old policy.
 """
 import torch
 
-from launcher.contract.protocols import TrainShard
+from launcher.contract.messages import TrainShard
 from launcher.driver.rollout import Group
 
 SUMMED_STATS = ("clip_frac", "ppo_kl", "entropy", "kl_ref", "is_weight", "rollout_kl", "logprob_abs_diff_mean",

@@ -1,12 +1,14 @@
-"""Weight sync per step: bytes shipped to the engines and the time over the relevant link.
+"""Weight sync per step: what ships, which transport carries it, and its price.
 
 Merged sync ships every parameter in the model dtype to every engine; adapter sync ships
-the LoRA tensors only. hf engines take buckets: on GPUs, one engine sharing trainer rank 0's
-GPU maps each bucket's device buffer by CUDA IPC handle and copies it device to device
-(`bucket_transport`); otherwise buckets are staged through host memory. Other colocated
-engines (vLLM) receive over NVLink (CUDA IPC; intra-node link of each GPU, all GPUs of an
-engine in parallel). Async engines receive over the network, limited by
-both the trainer nodes' NICs (all engines' copies leave through them) and the engine's own.
+the LoRA tensors only. The transport (`sync_transport`, a SyncTransport: the code of each
+is a plug-in of launcher/weight_sync/transports/ registered under it): hf engines take
+buckets; on GPUs, one engine sharing trainer rank 0's GPU maps each bucket's device buffer
+by CUDA IPC handle and copies it device to device; otherwise buckets are staged through
+host memory. vLLM engines on GPUs take merged weights through vLLM's own transfer engines:
+colocated over NVLink (CUDA IPC; intra-node link of each GPU, all GPUs of an engine in
+parallel), async over the network (NCCL), limited by both the trainer nodes' NICs (all
+engines' copies leave through them) and the engine's own.
 """
 from dataclasses import dataclass
 from enum import StrEnum
@@ -45,8 +47,20 @@ the bucket's device buffer, device -> device load. Measured on one H200
 with this constant), against 40.0, 39.8 and 43.2 s for host staging in the same runs. The
 benchmark has no Ray: a run adds its actor calls, which SYNC_BUCKET_OVERHEAD_S prices per bucket."""
 
-HOST, CUDA_IPC = "host", "cuda_ipc"
-"""How weight buckets travel from trainer rank 0 to the engines (`bucket_transport`)."""
+
+
+class SyncTransport(StrEnum):
+    """How weights travel from the trainer ranks to the engines (`sync_transport`); each value
+    names the plug-in launcher/weight_sync/transports/ registers for it."""
+
+    host = "host"
+    """Buckets of host tensors through Ray's object store (CPU runs, async hf engines, every adapter sync)."""
+    cuda_ipc = "cuda_ipc"
+    """Buckets as CUDA IPC handles of trainer rank 0's device buffers (an hf engine on rank 0's GPU)."""
+    vllm_ipc = "vllm_ipc"
+    """vLLM's CUDA IPC transfer engine: colocated vLLM engines on GPUs, merged or full weights."""
+    vllm_nccl = "vllm_nccl"
+    """vLLM's NCCL transfer engine: async vLLM engines on GPUs, merged or full weights."""
 
 
 TRANSFER_BUFFER_ALIGN_BYTES = 1 << 20
@@ -92,26 +106,32 @@ def transfer_buffer_bytes(cfg: LauncherConfig, bucket_bytes: int = int(SYNC_BUCK
     return -(-need // TRANSFER_BUFFER_ALIGN_BYTES) * TRANSFER_BUFFER_ALIGN_BYTES
 
 
-def bucket_transport(cfg: LauncherConfig) -> str:
-    """CUDA_IPC for an hf engine that shares trainer rank 0's GPU (colocated, on GPUs, one
-    engine: engine 0 sits on GPU 0 with rank 0, launcher/plan/placement.py); HOST otherwise.
+def sync_transport(cfg: LauncherConfig) -> SyncTransport:
+    """cuda_ipc for an hf engine that shares trainer rank 0's GPU (colocated, on GPUs, one
+    engine: engine 0 sits on GPU 0 with rank 0, launcher/plan/placement.py); vllm_ipc /
+    vllm_nccl (colocated / async) for vLLM engines on GPUs taking merged or full weights;
+    host otherwise.
 
     Only rank 0's buckets carry tensors, and an engine can map only memory of its own GPU
-    (Ray shows each actor its GPU alone), so engines on other GPUs would need every rank's
-    copy exported (what vLLM's IPC engine all-gathers); they, CPU runs and async runs keep
-    host buckets. vLLM engines on GPUs take merged weights through their own transfer."""
+    (Ray shows each actor its GPU alone), so hf engines on other GPUs would need every rank's
+    copy exported (what vLLM's IPC engine all-gathers); they, CPU runs and async hf runs keep
+    host buckets, and so does every adapter sync (vLLM loads an adapter from a folder)."""
     c, inf = cfg.cluster, cfg.inference
-    shares_rank0_gpu = cfg.placement.mode is PlacementMode.colocated and inf.engines == 1 and inf.tp == 1
-    if inf.backend is InferenceBackendName.hf and c.gpu.arch is not GpuArch.cpu and shares_rank0_gpu:
-        return CUDA_IPC
-    return HOST
+    on_gpus = c.gpu.arch is not GpuArch.cpu
+    colocated = cfg.placement.mode is PlacementMode.colocated
+    if inf.backend is InferenceBackendName.hf:
+        shares_rank0_gpu = colocated and inf.engines == 1 and inf.tp == 1
+        return SyncTransport.cuda_ipc if on_gpus and shares_rank0_gpu else SyncTransport.host
+    if on_gpus and sync_kind(cfg) is not SyncKind.adapter:
+        return SyncTransport.vllm_ipc if colocated else SyncTransport.vllm_nccl
+    return SyncTransport.host
 
 
-LINK_GIB_PER_S = {HOST: HOST_STAGED_GIB_PER_S, CUDA_IPC: CUDA_IPC_GIB_PER_S}
-LINK_NAMES = {HOST: "host_staged", CUDA_IPC: "cuda_ipc"}
+LINK_GIB_PER_S = {SyncTransport.host: HOST_STAGED_GIB_PER_S, SyncTransport.cuda_ipc: CUDA_IPC_GIB_PER_S}
+LINK_NAMES = {SyncTransport.host: "host_staged", SyncTransport.cuda_ipc: "cuda_ipc"}
 
 
-def bucketed_seconds(nbytes: float, transport: str) -> float:
+def bucketed_seconds(nbytes: float, transport: SyncTransport) -> float:
     """Seconds of an hf engine's bucketed sync of `nbytes` over `transport` (rate + per-bucket cost)."""
     buckets = max(nbytes / GIB / SYNC_BUCKET_GIB, 1.0)
     return nbytes / (LINK_GIB_PER_S[transport] * GIB) + buckets * SYNC_BUCKET_OVERHEAD_S
@@ -143,8 +163,9 @@ class SyncPlan:
     transfer_buffer_bytes: int = 0
     """Packed IPC/NCCL buffer (vLLM's packed_buffer_size_bytes, the hf engine's CUDA IPC
     bucket buffer): >= largest tensor and the bucket."""
-    transport: str = HOST
-    """How buckets reach the engines (bucket_transport): the trainer group applies it."""
+    transport: SyncTransport = SyncTransport.host
+    """How the weights reach the engines (sync_transport): the driver's pump, the trainers'
+    export and the engines' start-up all read it (launcher/weight_sync/transports/)."""
     export_model_bytes: int = 0
     """What `launcher export` writes for the whole model (LoRA merged): every weight in the model dtype."""
     export_adapter_bytes: int = 0
@@ -163,7 +184,7 @@ def plan_sync(cfg: LauncherConfig, params: ParamCounts, lora: LoraPlan, trainer_
     kind = sync_kind(cfg)
     nbytes = (lora.params_total if kind is SyncKind.adapter else params.total) * dtype
     inf, links = cfg.inference, cfg.cluster.links
-    transport = bucket_transport(cfg)
+    transport = sync_transport(cfg)
     buckets = max(nbytes / GIB / SYNC_BUCKET_GIB, 1.0) * SYNC_BUCKET_OVERHEAD_S
     if inf.backend is InferenceBackendName.hf:
         link, seconds = LINK_NAMES[transport], bucketed_seconds(nbytes, transport)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from launcher.contract.protocols import TrainShard
+from launcher.contract.messages import TrainShard
 from launcher.rl.algorithm import LossInputs
 from launcher.rl.grpo import k3_kl_BT, token_weights
 from launcher.rl.off_policy import mismatch_stats

@@ -28,17 +28,18 @@ from collections.abc import Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from launcher.contract.protocols import TrainShard, WeightUpdate
+from launcher.contract.messages import TrainShard
 from launcher.contract.spec import ActorSpec
 from launcher.plan.lora import peft_kwargs
 from launcher.plan.sync import SyncKind
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
+from launcher.weight_sync.export import StreamedExport
+from launcher.weight_sync.messages import WeightUpdate
 from launcher.workers.batch import ungrid
 from launcher.workers.loss import micro_loss
 from launcher.workers.progress import Progress
 from launcher.workers.rendezvous import free_address
-from launcher.workers.stream import StreamedExport
 
 MAX_SUFFIX = "_max"
 """A statistic whose name ends so is a maximum over micro-batches (and ranks, train.py), not a sum."""
@@ -65,6 +66,8 @@ class TrainerBase(StreamedExport):
         """peft LoraConfig arguments (shipped to the engines with an adapter), None for full fine-tuning."""
         self.sync_kind = spec.plan.sync.kind
         """What each weight sync ships (plan/sync.py): adapter, merged or full."""
+        self.sync_transport = spec.plan.sync.transport
+        """How it travels (plan/sync.py sync_transport; launcher/weight_sync/transports/)."""
         self.progress = Progress(spec.board, f"trainer rank {spec.rank}")
         """Start-up phases for the driver's board (progress.py); named as the driver's TrainerGroup labels it."""
 

@@ -53,8 +53,8 @@ def _trainer(backend: str):
 @pytest.mark.parametrize("backend", ["hf", "megatron"])
 def test_ipc_sync_lands_bit_for_bit_and_frees_rank0s_buffers(engine, backend):
     from benchmarks.harness.engine_process import LocalTrainers
-    from launcher.driver.weight_sync import stream_weights
-    from launcher.plan.sync import CUDA_IPC
+    from launcher.plan.sync import SyncTransport
+    from launcher.weight_sync.pump import stream_weights
 
     trainer = _trainer(backend)
     expected = {name: t.detach().to("cpu") for _, name, t in trainer._weight_stream(with_base=False)}
@@ -64,7 +64,7 @@ def test_ipc_sync_lands_bit_for_bit_and_frees_rank0s_buffers(engine, backend):
     torch.cuda.synchronize()
     baseline = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    trainers = LocalTrainers(trainer, CUDA_IPC)
+    trainers = LocalTrainers(trainer, SyncTransport.cuda_ipc)
     stats = stream_weights(trainers, engine, 1, with_base=False, wait=True, max_bucket_bytes=SMALL_BUCKET_BYTES)
     assert stats.buckets > 5
     assert trainers.held_at_release > baseline  # the last buffers stayed until the engine's finish was confirmed
@@ -77,7 +77,7 @@ def test_ipc_sync_lands_bit_for_bit_and_frees_rank0s_buffers(engine, backend):
 
 
 def test_an_engine_on_another_gpu_is_told_why_it_cannot_map_the_bucket(engine):
-    from launcher.contract.protocols import IpcBuffer, WeightBucket, WeightUpdate
+    from launcher.weight_sync.messages import IpcBuffer, WeightBucket, WeightUpdate
 
     bucket = WeightBucket("weights", [], 4, last=True,
                           ipc=IpcBuffer(["w"], ["float32"], [[1]], [4], {"GPU-00000000-not-this-one": ()}))

@@ -45,7 +45,7 @@ def _config(overrides):
 
 def _shard():
     """Eight random 48-token sequences, prompts of 8, advantages +-1 (fixed)."""
-    from launcher.contract.protocols import TrainShard
+    from launcher.contract.messages import TrainShard
 
     gen = torch.Generator().manual_seed(0)
     seqs = [torch.randint(1, 64, (48,), generator=gen).tolist() for _ in range(8)]

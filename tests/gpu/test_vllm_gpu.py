@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from launcher.contract.protocols import EngineWait
 from launcher.contract.spec import ActorSpec
+from launcher.weight_sync.messages import EngineWait
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm", reason="vllm (CUDA build) not installed")
@@ -42,7 +42,7 @@ SMALL_BUCKET_BYTES = 4 << 20  # several buckets even for the tiny models: layers
 
 def _stream(engine, update, named):
     """A streamed update through the Protocol: begin, bucket after bucket, finish."""
-    from launcher.workers.stream import buckets
+    from launcher.weight_sync.export import buckets
 
     engine.begin_weight_update(update)
     for bucket in buckets(named, SMALL_BUCKET_BYTES):
@@ -52,14 +52,14 @@ def _stream(engine, update, named):
 
 def _sync(engine, model, version=1):
     """Merged weights, streamed into the engine in buckets."""
-    from launcher.contract.protocols import WeightUpdate
+    from launcher.weight_sync.messages import WeightUpdate
     from launcher.workers.hf.model import language_items
 
     _stream(engine, WeightUpdate(version=version), (("weights", n, t) for n, t in language_items(model)))
 
 
 def _request(n=1, seed=11):
-    from launcher.contract.protocols import GenerationRequest, SamplingParams
+    from launcher.contract.messages import GenerationRequest, SamplingParams
 
     return GenerationRequest(prompts=[PROMPT] * n, seed=seed, sampling=SamplingParams(max_tokens=16))
 
@@ -104,7 +104,9 @@ def test_ipc_transfer_colocated_updates_the_engine():
     import ray
     from vllm.distributed.weight_transfer.base import ModuleSource
 
-    from launcher.workers.vllm import VllmInference, trainer_sender
+    from launcher.plan.sync import SyncTransport
+    from launcher.weight_sync.transports import transport_for
+    from launcher.workers.vllm import VllmInference
 
     cfg = _config("recipe=tiny_qwen3_vllm", "inference.sleep_level=1")
     ray.init(num_gpus=1, include_dashboard=False, ignore_reinit_error=True)
@@ -112,7 +114,8 @@ def test_ipc_transfer_colocated_updates_the_engine():
         # CUDA IPC needs another process on the same GPU: the engine is a Ray actor.
         actor = ray.remote(num_gpus=0.5)(VllmInference).remote(ActorSpec.planned(cfg))
         model = _hf_model(cfg)
-        sender = trainer_sender(cfg, [actor], ModuleSource(model), rank=0, wait=WAIT)
+        ipc = transport_for(SyncTransport.vllm_ipc)
+        sender = ipc.trainer_sender(cfg, [actor], ModuleSource(model), rank=0, wait=WAIT)
         sender.send_weights()
         _assert_matches(ray.get(actor.generate.remote(_request())), model)
         with torch.no_grad():  # a second round carries the change
@@ -123,20 +126,21 @@ def test_ipc_transfer_colocated_updates_the_engine():
         ray.shutdown()
 
 
-def test_loop_path_trainer_pushes_over_ipc_when_the_engine_reports_it():
-    """What weight_sync.sync_weights does with GPU engines: the engine reports "ipc", the
-    trainer backend connects (StreamedExport.connect_weight_transfer) and pushes its
-    merged weights with the policy version (send_weights)."""
+def test_loop_path_trainer_pushes_over_ipc_when_the_plan_says_so():
+    """What weight_sync.push.sync_weights does with GPU engines: the plan's transport is
+    vllm_ipc, the engine starts with vLLM's "ipc" transfer, the trainer backend connects
+    (StreamedExport.connect_weight_transfer) and pushes its merged weights with the policy
+    version (send_weights)."""
     import ray
 
     from launcher.workers.hf import HfTrainer
     from launcher.workers.vllm import VllmInference
 
     cfg = _config("recipe=tiny_qwen3_vllm", "inference.sleep_level=1")
+    assert ActorSpec.planned(cfg).plan.sync.transport == "vllm_ipc"
     ray.init(num_gpus=1, include_dashboard=False, ignore_reinit_error=True)
     try:
         actor = ray.remote(num_gpus=0.5)(VllmInference).remote(ActorSpec.planned(cfg))
-        assert ray.get(actor.weight_transfer.remote()) == "ipc"
         trainer = HfTrainer(ActorSpec.planned(cfg, 0, 1))
         trainer.connect_weight_transfer([actor], None, None, WAIT)
         for version in (1, 2):
@@ -155,7 +159,9 @@ def test_nccl_transfer_async_updates_the_engine():
     import ray
     from vllm.distributed.weight_transfer.base import ModuleSource
 
-    from launcher.workers.vllm import VllmInference, trainer_sender
+    from launcher.plan.sync import SyncTransport
+    from launcher.weight_sync.transports import transport_for
+    from launcher.workers.vllm import VllmInference
 
     cfg = _config("recipe=tiny_qwen3_vllm", "placement.mode=async", "inference.sleep_level=0")
     with socket.socket() as s:
@@ -167,8 +173,9 @@ def test_nccl_transfer_async_updates_the_engine():
         ray.get(actor.pid.remote())  # engine up, on the GPU Ray gave it
         torch.cuda.set_device(0)
         model = _hf_model(cfg)
-        sender = trainer_sender(cfg, [actor], ModuleSource(model), rank=0, wait=WAIT,
-                                master_address="127.0.0.1", master_port=port)
+        nccl = transport_for(SyncTransport.vllm_nccl)
+        sender = nccl.trainer_sender(cfg, [actor], ModuleSource(model), rank=0, wait=WAIT,
+                                     master_address="127.0.0.1", master_port=port)
         sender.send_weights()
         _assert_matches(ray.get(actor.generate.remote(_request())), model)
     finally:
@@ -190,8 +197,8 @@ def test_glm5_flash_engine_takes_bucketed_merged_weights():
 def test_glm5_flash_adapter_sync_with_experts_among_targets():
     """Adapter sync: vLLM needs `experts` among its LoRA targets on the MoE model, or it
     fails with "LoRA context must be set" (docs/model.md section 4)."""
-    from launcher.contract.protocols import WeightUpdate
     from launcher.plan.lora import peft_kwargs
+    from launcher.weight_sync.messages import WeightUpdate
     from launcher.workers.hf.lora import adapter_state, merged_items, wrap
     from launcher.workers.hf.model import VISION_PREFIX
     from launcher.workers.vllm import VllmInference

@@ -51,7 +51,7 @@ def _hf_logprobs(model) -> torch.Tensor:
 
 def _trainer_logprobs(trainer) -> torch.Tensor:
     """The trainer's own log-probs of IDS (the values it trains on)."""
-    from launcher.contract.protocols import TrainShard
+    from launcher.contract.messages import TrainShard
 
     shard = TrainShard(sequences=[IDS], prompt_lens=[1], advantages=[0.0], tokens_in_mini_batch=len(IDS) - 1,
                        seqs_in_mini_batch=1)

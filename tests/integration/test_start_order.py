@@ -14,11 +14,11 @@ def test_colocated_engines_sleep_before_the_trainers_build_and_wake_at_the_first
     from timeline_helpers import ended_before, task_spans
 
     from launcher.config.compose import compose
-    from launcher.contract.protocols import GenerationRequest, SamplingParams
+    from launcher.contract.messages import GenerationRequest, SamplingParams
     from launcher.driver.cluster import ray_session
     from launcher.driver.launch import place_groups
-    from launcher.driver.weight_sync import sync_weights
     from launcher.plan import make_plan
+    from launcher.weight_sync.push import sync_weights
 
     config = compose(["recipe=tiny_grpo", "run.name=start-order"]).config
     plan = make_plan(config)

@@ -1,5 +1,5 @@
 """The GPU weight transfer's own waits have a deadline: trainer rank 0 waits on every engine's
-transfer step (vllm/transfer.py EngineGroupClient) within the bound the driver hands it, and
+transfer step (weight_sync/transports/vllm_engine.py EngineGroupClient) within the bound the driver hands it, and
 a stopped or killed engine ends the driver's call naming that engine, not the trainer rank.
 
 Real Ray actors standing in for the engines and the trainer (the transfer itself needs GPUs
@@ -13,8 +13,8 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 from launcher.contract.errors import PeerLostError  # noqa: E402 - after the importorskip
-from launcher.contract.protocols import EngineWait  # noqa: E402
-from launcher.workers.vllm.transfer import EngineGroupClient  # noqa: E402
+from launcher.weight_sync.messages import EngineWait  # noqa: E402
+from launcher.weight_sync.transports.vllm_engine import EngineGroupClient  # noqa: E402
 
 
 @ray.remote(num_cpus=0)

@@ -48,7 +48,7 @@ def probes(monkeypatch):
     log-probs of one fixed prompt (engine 0 samples it with a fixed seed)."""
     import ray
 
-    from launcher.contract.protocols import GenerationRequest, SamplingParams, TrainShard
+    from launcher.contract.messages import GenerationRequest, SamplingParams, TrainShard
     from launcher.driver import weight_sync
     from launcher.driver.runtime import Runtime
 
@@ -181,11 +181,11 @@ def test_engine_is_put_to_sleep_at_the_plans_level_before_the_trainer_builds():
     from timeline_helpers import ended_before, task_spans
 
     from launcher.config.compose import compose
-    from launcher.contract.protocols import GenerationRequest, SamplingParams
+    from launcher.contract.messages import GenerationRequest, SamplingParams
     from launcher.driver.cluster import ray_session
     from launcher.driver.launch import place_groups
-    from launcher.driver.weight_sync import sync_weights
     from launcher.plan import make_plan
+    from launcher.weight_sync.push import sync_weights
 
     config = compose(["recipe=tiny_qwen3_vllm", "run.name=vllm-start-order"]).config
     plan = make_plan(config)
@@ -289,7 +289,7 @@ def test_generation_returns_the_moe_routes_in_the_hf_layout():
     import numpy as np
 
     from launcher.config.compose import compose
-    from launcher.contract.protocols import GenerationRequest, SamplingParams
+    from launcher.contract.messages import GenerationRequest, SamplingParams
     from launcher.plan import make_plan
     from launcher.workers.hf.routing import routes_grid
     from launcher.workers.vllm.engine import VllmEngine

@@ -40,9 +40,9 @@ def engine_and_config(tiny_qwen3_checkpoint):
 
 
 def test_engine_reports_its_checkpoint_so_the_first_sync_skips_the_base(engine_and_config, tiny_qwen3_checkpoint):
-    from launcher.contract.base_identity import checkpoint_base
-    from launcher.driver.weight_sync import engines_hold_base
     from launcher.plan import make_plan
+    from launcher.weight_sync.base_identity import checkpoint_base
+    from launcher.weight_sync.push import engines_hold_base
 
     engine, cfg = engine_and_config
     assert engine.loaded_base() == checkpoint_base(str(tiny_qwen3_checkpoint))

@@ -3,7 +3,9 @@
 Layers, bottom to top (a module may import its own package and any layer below it):
 the foundation modules directly under launcher/ (errors, registry, paths, secrets), config,
 rl (the maths both sides share), plan, validate, search, contract (what driver and workers
-exchange, which carries the plan), workers, driver, cli, and launcher/__main__.py.
+exchange, which carries the plan), weight_sync (the trainer's export, the engines' receive,
+the driver's pump and one plug-in per transport: the backends build on it, the driver calls
+it), workers, driver, cli, and launcher/__main__.py.
 
 A private module (a name starting with `_`) belongs to the folder it sits in: only modules
 in that folder import it. Tests, benchmarks and scripts are outside every folder of
@@ -13,7 +15,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["", "config", "rl", "plan", "validate", "search", "contract", "workers", "driver", "cli", "__main__"]
+LAYERS = ["", "config", "rl", "plan", "validate", "search", "contract", "weight_sync", "workers", "driver", "cli",
+          "__main__"]
 """`""` is the foundation: the leaf modules directly under launcher/."""
 
 
@@ -93,6 +96,7 @@ def test_the_checks_catch_what_they_guard(tmp_path):
     """The helpers flag a real upward import and a real private import (so the checks can fail)."""
     assert LAYERS.index(_layer("launcher.driver.launch")) > LAYERS.index(_layer("launcher.plan"))
     assert _layer("launcher.errors") == "" and _layer("launcher.workers.hf.engine") == "workers"
+    assert LAYERS.index("contract") < LAYERS.index(_layer("launcher.weight_sync.pump")) < LAYERS.index("workers")
     assert _private_owner("launcher.workers.vllm._model_dir") == "launcher.workers.vllm"
     assert _private_owner("launcher.workers.hf.engine") is None and _private_owner("launcher.workers.hf._gone") is None
     probe = tmp_path / "probe.py"

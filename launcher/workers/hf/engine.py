@@ -2,12 +2,13 @@
 updates from the trainer (merged weights or a LoRA adapter, in buckets), and sleep/wake
 for colocation.
 
-engine_base.py runs each update (begin, buckets, finish); the steps here: a "weights"
-bucket is loaded into the model as it arrives (a partial load_state_dict), and the adapter
-kept until finish wraps the model with peft on the first adapter and loads. A CUDA IPC bucket
-(this engine on trainer rank 0's GPU) is mapped from the trainer's device buffer and copied
-device to device; what outlives the call (adapter tensors, parts of a fused weight whose
-other parts come in a later bucket) is copied out first, as the trainer then frees the buffer.
+launcher/weight_sync/receive.py runs each update (begin, buckets, finish; each bucket opened
+by its transport); the steps here: a "weights" bucket is loaded into the model as it arrives
+(a partial load_state_dict), and the adapter kept until finish wraps the model with peft on
+the first adapter and loads. A CUDA IPC bucket (this engine on trainer rank 0's GPU) is
+mapped from the trainer's device buffer and copied device to device; what outlives the
+call (adapter tensors, parts of a fused weight whose other parts come in a later bucket)
+is copied out first, as the trainer then frees the buffer.
 
 An engine whose first weights come by sync (plan.startup: random init, or merged/full sync,
 which re-sends every weight anyway) builds its model empty: no parameter is allocated or
@@ -22,17 +23,18 @@ import os
 
 import torch
 
-from launcher.contract.protocols import Generation, GenerationRequest, WeightBucket
+from launcher.contract.messages import Generation, GenerationRequest
 from launcher.contract.spec import ActorSpec
 from launcher.rl.tokenizer import make_tokenizer
-from launcher.workers.engine_base import EngineBase, Received, ServedWeights
+from launcher.weight_sync.manifest import SyncManifest
+from launcher.weight_sync.receive import ServedWeights
+from launcher.weight_sync.transports.base import Received
+from launcher.workers.engine_base import EngineBase
 from launcher.workers.hf import lora
 from launcher.workers.hf.model import VISION_PREFIX, build_model, drop_parameters, materialize
 from launcher.workers.hf.names import ModelNameAssembler
 from launcher.workers.hf.routing import RouteRecorder
 from launcher.workers.hf.sampling import sample
-from launcher.workers.ipc import open_bucket
-from launcher.workers.manifest import SyncManifest
 from launcher.workers.registry import ENGINES
 
 
@@ -81,15 +83,10 @@ class HfEngine(EngineBase, ServedWeights):
                           finished=[r.finished for r in results], policy_version=self.version,
                           routes=[r.routes for r in results] if recorder is not None else None)
 
-    # ---- weight update steps (engine_base.py runs the update) -------------------------------
+    # ---- weight update steps (weight_sync/receive.py runs the update) ----------------------------
 
     def _holds_weights(self) -> bool:
         return self.has_weights
-
-    def _open(self, bucket: WeightBucket) -> tuple[Received, bool]:
-        if bucket.ipc is None:
-            return bucket.tensors, False
-        return open_bucket(bucket.ipc, self.device, self.who), True
 
     def _begin_weights(self) -> None:
         """Each update starts clean: a new manifest, and no parts of fused tensors left by a

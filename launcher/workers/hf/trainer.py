@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from launcher.contract.errors import DamagedCheckpointError
-from launcher.contract.protocols import TrainShard
+from launcher.contract.messages import TrainShard
 from launcher.contract.spec import ActorSpec
 from launcher.plan.sync import SyncKind
 from launcher.workers.batch import MicroBatch, micro_batches

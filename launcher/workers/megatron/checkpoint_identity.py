@@ -9,8 +9,8 @@ import dataclasses
 import hashlib
 import json
 
-from launcher.contract.base_identity import base_fingerprint
 from launcher.contract.errors import CheckpointMismatchError
+from launcher.weight_sync.base_identity import base_fingerprint
 
 
 def _plain(value):

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from launcher.contract.protocols import TrainShard
+from launcher.contract.messages import TrainShard
 from launcher.contract.spec import ActorSpec
 from launcher.plan.sync import SyncKind
 from launcher.workers.megatron import checkpoint

@@ -1,21 +1,23 @@
 """The `vllm` InferenceBackend: one vLLM engine per Ray actor (TP inside the engine).
 
-A streamed update (protocols.WeightUpdate, then WeightBuckets) runs through
-engine_base.py: "weights" buckets (merged weights by HF name, or an adapter's frozen base
+A streamed update (weight_sync.messages.WeightUpdate, then WeightBuckets) runs through
+launcher/weight_sync/receive.py: "weights" buckets (merged weights by HF name, or an adapter's frozen base
 on the first sync and after a level-2 sleep) go straight into vLLM's layerwise reload as
 they arrive, opened at begin and finalised at finish; "adapter" buckets are kept and
 served as one LoRA at finish. No generate runs in between. The GPU transfers (CUDA IPC
 colocated, NCCL async) bypass the buckets: the trainer drives them through
-`trainer_sender` and the transfer_* methods here.
+`VllmTransfer.trainer_sender` (launcher/weight_sync/transports/vllm_engine.py) and the
+transfer_* methods here.
 """
 import tempfile
 
 import torch
 
-from launcher.contract.protocols import Generation, GenerationRequest
+from launcher.contract.messages import Generation, GenerationRequest
 from launcher.contract.spec import ActorSpec
 from launcher.rl.tokenizer import make_tokenizer
-from launcher.workers.engine_base import EngineBase, Received
+from launcher.weight_sync.transports.base import Received
+from launcher.workers.engine_base import EngineBase
 from launcher.workers.registry import ENGINES
 from launcher.workers.vllm.adapter import write_adapter
 
@@ -38,13 +40,10 @@ class VllmInference(EngineBase):
         self._refuse_mid_update()
         return self.engine.generate(request)
 
-    def weight_transfer(self) -> str | None:
-        return self.engine.transfer_backend
-
     def loaded_base(self) -> dict | None:
         return self.engine.loaded_base()
 
-    # ---- weight update steps (engine_base.py runs the update) -------------------------------
+    # ---- weight update steps (weight_sync/receive.py runs the update) ----------------------------
 
     def _holds_weights(self) -> bool:
         return self.engine.has_weights
@@ -67,7 +66,7 @@ class VllmInference(EngineBase):
     def wake(self) -> None:
         self.engine.wake()
 
-    # GPU weight transfer steps, called by transfer.EngineGroupClient on the trainer side.
+    # GPU weight transfer steps, called by vllm_engine.EngineGroupClient on the trainer side.
 
     def transfer_init(self, init_info: dict) -> None:
         self.engine.transfer_init(init_info)

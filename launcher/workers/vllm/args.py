@@ -9,8 +9,9 @@ from launcher.config.schema.root import LauncherConfig
 from launcher.plan import Plan
 from launcher.plan.lora import VLLM_LORA_RANKS
 from launcher.plan.sync import SyncKind
+from launcher.weight_sync.transports import transport_for
+from launcher.weight_sync.transports.vllm_engine import VllmTransfer
 from launcher.workers.vllm.glm_config import fill_glm5_next_fields
-from launcher.workers.vllm.transfer import transfer_backend
 
 # The smallest KV cache a CPU engine gets: vLLM needs room for at least one full block
 # per sequence, and the tiny recipes' planned cache is a few hundred KiB.
@@ -86,8 +87,9 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
     else:
         kwargs.update(gpu_memory_utilization=inf.gpu_memory_utilization,
                       enable_sleep_mode=colocated and plan.memory.sleep_level > 0)
-        if not adapter_sync:
-            kwargs["weight_transfer_config"] = {"backend": transfer_backend(cfg)}
+        via = transport_for(plan.sync.transport)  # vllm_ipc / vllm_nccl for merged or full sync (plan/sync.py)
+        if isinstance(via, VllmTransfer):
+            kwargs["weight_transfer_config"] = {"backend": via.backend}
     if inf.tp > 1 and not on_cpu:
         # One worker per GPU of the engine, placed by vLLM's Ray executor (ray_executor_env).
         kwargs["distributed_executor_backend"] = "ray"

@@ -14,16 +14,16 @@ import logging
 import os
 from collections import deque
 
-from launcher.contract.protocols import Generation, GenerationRequest
-from launcher.plan.sync import SyncKind
-from launcher.workers.engine_base import ServedWeights
-from launcher.workers.manifest import SyncManifest
+from launcher.contract.messages import Generation, GenerationRequest
+from launcher.plan.sync import SyncKind, SyncTransport
+from launcher.weight_sync.manifest import SyncManifest
+from launcher.weight_sync.receive import ServedWeights
+from launcher.weight_sync.transports.vllm_engine import engine_rank_offset
 from launcher.workers.vllm._model_dir import engine_model_dir
 from launcher.workers.vllm.args import engine_kwargs, ray_executor_env, returns_routes, routes_env, supported_kwargs
 from launcher.workers.vllm.glm_start import prepare_glm_engine
 from launcher.workers.vllm.routes import moe_layer_indices, to_routes
 from launcher.workers.vllm.sampling import tokens_and_logprobs, vllm_sampling_params
-from launcher.workers.vllm.transfer import engine_rank_offset
 
 log = logging.getLogger(__name__)
 ALL_TAGS = ("weights", "kv_cache")
@@ -84,6 +84,11 @@ class VllmEngine(ServedWeights):
                 "then .venv-vllm/bin/python -m launcher ...") from err
 
         self.on_cpu = current_platform.is_cpu()
+        if self.on_cpu and plan.sync.transport in (SyncTransport.vllm_ipc, SyncTransport.vllm_nccl):
+            raise RuntimeError(f"vllm engine {engine_index} runs on the CPU, but the plan's weight sync goes through "
+                               f"vLLM's GPU transfer (plan.sync.transport={plan.sync.transport.value}, from "
+                               f"cluster.gpu.arch={cfg.cluster.gpu.arch.value}): run on GPUs, or use a CPU cluster "
+                               "(cluster=local), whose engines take weights in buckets")
         self.eos_id = eos_id
         self.concurrency = cfg.inference.concurrency_per_engine
         self.engine_index, self.tp = engine_index, cfg.inference.tp
@@ -102,8 +107,6 @@ class VllmEngine(ServedWeights):
             log.warning("vllm engine %d: the installed vLLM's EngineArgs has no %s; starting without",
                         engine_index, ", ".join(dropped))
         self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
-        self.transfer_backend: str | None = kwargs.get("weight_transfer_config", {}).get("backend")
-        """"ipc" / "nccl" when the trainer pushes merged weights over the GPU transfer, else None."""
         self.llm = LLM(**kwargs)
         super().__init__(cfg.model.hf_path if plan.startup.engine_reads_checkpoint else None)
         self._asleep: set[str] = set()
@@ -252,7 +255,7 @@ class VllmEngine(ServedWeights):
         self._lora = LoRARequest("policy", 1, folder)
         self._updated(version)
 
-    # ---- GPU weight transfer: vLLM's CUDA-IPC / NCCL engines, driven by transfer.py ---------
+    # ---- GPU weight transfer: vLLM's CUDA-IPC / NCCL engines, driven by vllm_engine.py -----
 
     def transfer_init(self, init_info: dict) -> None:
         self.llm.init_weight_transfer_engine({"init_info": engine_rank_offset(init_info, self.engine_index, self.tp)})

@@ -11,7 +11,8 @@ kernel layouts (the CPU backend does), so a plain `load_weights` on the live mod
 fails. The lifecycle restores checkpoint-format parameters, buffers each layer's
 weights until the layer is complete, then processes and copies them into the kernel
 tensors in place. This path works on any device (the CPU tests use it); on GPUs the
-faster CUDA-IPC and NCCL transfers are vLLM's own weight-transfer engines (transfer.py).
+faster CUDA-IPC and NCCL transfers are vLLM's own weight-transfer engines
+(launcher/weight_sync/transports/vllm_engine.py).
 
 Each method that loads runs under the worker's `set_current_vllm_config`, as vLLM runs its
 own loads (worker_base.init_worker, the model loader): collective_rpc calls a method

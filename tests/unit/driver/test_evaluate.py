@@ -15,8 +15,8 @@ from launcher.driver import evaluate
 from launcher.driver.data import PromptStream
 from launcher.rl.reward_fn import make_scorer
 from launcher.rl.tokenizer import CharTokenizer, make_tokenizer
+from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
-from launcher.workers.stream import sync_in_process
 
 TINY = ["recipe=tiny_grpo", "run.eval_problems=12", "run.eval_samples=3"]
 
@@ -118,7 +118,7 @@ def test_eval_row_is_deterministic_and_matches_its_responses():
     assert first["eval/pass_at_k"] >= first["eval/mean_at_k_acc"]
     # greedy_reward recomputed from a plain greedy generation of each prompt
     engine = engines.engines[0]
-    from launcher.contract.protocols import GenerationRequest, SamplingParams
+    from launcher.contract.messages import GenerationRequest, SamplingParams
 
     gen = engine.generate(GenerationRequest(ev.set.prompt_ids, 0, SamplingParams(cfg.algorithm.max_response_len, 0.0)))
     rewards = [scorer.score(tokenizer.decode(t), p).reward for t, p in zip(gen.tokens, ev.set.problems, strict=True)]

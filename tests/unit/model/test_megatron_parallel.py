@@ -104,12 +104,13 @@ def _streamed_export(model) -> dict:
     tensors, and they equal the whole model gathered at once and mapped by hf_from_megatron."""
     import torch.distributed as dist
 
-    from launcher.workers.stream import _measured, _to_host, buckets
+    from launcher.weight_sync.export import buckets
+    from launcher.weight_sync.transports.host import measured, to_host
     from model.megatron.mapping import hf_from_megatron
     from model.megatron.shards import gather_full
     from model.megatron.weights import base_tensors, hf_stream
 
-    keep = _to_host if dist.get_rank() == 0 else _measured
+    keep = to_host if dist.get_rank() == 0 else measured
     streamed = list(buckets((("weights", n, keep(t)) for n, t in hf_stream(model, merged=True)), STREAM_BUCKET_BYTES))
     owners = {f"{name}.weight": m for name, m in model.named_modules() if hasattr(m, "merged_weight")}
     whole = hf_from_megatron({name: gather_full(t, owners[name].merged_weight() if name in owners else None)

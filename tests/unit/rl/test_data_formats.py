@@ -202,7 +202,7 @@ class _ScriptedModel(torch.nn.Module):
 
 @pytest.mark.parametrize("stop", [0, 4, 6])
 def test_hf_sampling_stops_at_any_eos_id(stop):
-    from launcher.contract.protocols import SamplingParams
+    from launcher.contract.messages import SamplingParams
     from launcher.workers.hf.sampling import sample
 
     (result,) = sample(_ScriptedModel([9, 11, stop, 12]), [[3, 5]], SamplingParams(max_tokens=6), (0, 4, 6), 0, seed=0)
@@ -219,7 +219,7 @@ def test_hf_engine_takes_the_checkpoints_eos_ids(tiny_glm_checkpoint):
 
 
 def test_vllm_requests_stop_on_every_eos_id(tiny_glm_checkpoint, monkeypatch):
-    from launcher.contract.protocols import SamplingParams
+    from launcher.contract.messages import SamplingParams
     from launcher.workers.vllm import engine as vllm_engine
     from launcher.workers.vllm.actor import VllmInference
     from launcher.workers.vllm.sampling import stop_ids

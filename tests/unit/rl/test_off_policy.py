@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from launcher.config.compose import compose
-from launcher.contract.protocols import GenerationRequest, SamplingParams, TrainShard
+from launcher.contract.messages import GenerationRequest, SamplingParams, TrainShard
 from launcher.contract.spec import ActorSpec
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.off_policy import Bounds, OffPolicy
+from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
-from launcher.workers.stream import sync_in_process
 
 OLD_BT = torch.tensor([[0.0, -1.0, -2.0, 0.0], [-0.5, -0.5, 0.0, 0.0]])
 ROLLOUT_BT = torch.tensor([[-1.0, -1.0, -1.0, 0.0], [-0.5, -0.6, 0.0, 0.0]])

@@ -82,7 +82,7 @@ def test_custom_reward_through_score_group(rewards_module):
     with verl's arguments; a dict's score is the reward and its acc the accuracy."""
     import torch
 
-    from launcher.contract.protocols import Generation
+    from launcher.contract.messages import Generation
     from launcher.driver.rollout import score_group
     from launcher.driver.step import generation_summary
     from launcher.rl.algorithm import make_algorithm
@@ -108,7 +108,7 @@ def test_custom_reward_through_score_group(rewards_module):
 
 
 def test_custom_reward_errors_are_counted_in_step_metrics(rewards_module):
-    from launcher.contract.protocols import Generation
+    from launcher.contract.messages import Generation
     from launcher.driver.rollout import score_group
     from launcher.driver.step import generation_summary
     from launcher.rl.algorithm import make_algorithm

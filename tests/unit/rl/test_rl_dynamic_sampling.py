@@ -11,8 +11,8 @@ from launcher.driver.rollout import make_chunks, sampling_params, score_group, s
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.dapo import has_signal
 from launcher.rl.tokenizer import CharTokenizer
+from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
-from launcher.workers.stream import sync_in_process
 
 SAMPLES = 4
 

@@ -3,10 +3,11 @@ LoRA, adapter), checkpoints, sleep/wake and seeded sampling."""
 import pytest
 
 from launcher.config.compose import compose
-from launcher.contract.protocols import GenerationRequest, SamplingParams, TrainShard, WeightUpdate
+from launcher.contract.messages import GenerationRequest, SamplingParams, TrainShard
 from launcher.contract.spec import ActorSpec
+from launcher.weight_sync.messages import WeightUpdate
+from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
-from launcher.workers.stream import sync_in_process
 
 PROMPTS = [[5, 6, 7]] * 4 + [[8, 9]] * 4
 LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.targets=[linear_proj,q_proj,linear_fc1]"]

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from launcher.config.compose import compose
-from launcher.contract.protocols import GenerationRequest, SamplingParams
+from launcher.contract.messages import GenerationRequest, SamplingParams
 from launcher.contract.spec import ActorSpec
+from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.model import VISION_PREFIX, build_model, drop_parameters, materialize
-from launcher.workers.stream import sync_in_process
 
 PROMPTS = [[5, 6, 7], [8, 9]]
 

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from launcher.config.compose import compose
-from launcher.contract.protocols import WeightBucket, WeightUpdate
 from launcher.contract.spec import ActorSpec
+from launcher.weight_sync.manifest import SyncManifest
+from launcher.weight_sync.messages import WeightBucket, WeightUpdate
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.model import checkpoint_state
-from launcher.workers.manifest import SyncManifest
 
 
 @pytest.fixture(scope="module")

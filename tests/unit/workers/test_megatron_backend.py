@@ -5,7 +5,7 @@ adapter + base) reproducing the trainer's own log-probs.
 import pytest
 
 from launcher.contract.spec import ActorSpec
-from launcher.workers.stream import sync_in_process
+from launcher.weight_sync.pump import sync_in_process
 from tests.unit.megatron_world import init_world_of_one
 
 torch = pytest.importorskip("torch")
@@ -22,7 +22,7 @@ def _config(*overrides):
 
 
 def _shard():
-    from launcher.contract.protocols import TrainShard
+    from launcher.contract.messages import TrainShard
 
     tokens = sum(len(s) - p for s, p in zip(SEQS, PROMPTS, strict=True))
     return TrainShard(sequences=SEQS, prompt_lens=PROMPTS, advantages=[1.0, -0.5, 0.25],

@@ -149,7 +149,7 @@ def test_lora_checkpoint_refuses_another_base(tmp_path):
 
 
 def test_base_fingerprint_reads_the_index(tmp_path):
-    from launcher.contract.base_identity import base_fingerprint
+    from launcher.weight_sync.base_identity import base_fingerprint
 
     for name, text in (("a", '{"weight_map": {"x": "1.safetensors"}}'), ("b", '{"weight_map": {"x": "2.safetensors"}}')):
         (tmp_path / name).mkdir()

@@ -4,9 +4,9 @@ routing_agreement from its own router. The engine's correction bias is perturbed
 close tokens route differently (as in test_routing_replay.py for the hf trainer)."""
 import pytest
 
-from launcher.contract.protocols import GenerationRequest, SamplingParams, TrainShard
+from launcher.contract.messages import GenerationRequest, SamplingParams, TrainShard
 from launcher.contract.spec import ActorSpec
-from launcher.workers.stream import sync_in_process
+from launcher.weight_sync.pump import sync_in_process
 from tests.unit.megatron_world import init_world_of_one
 
 torch = pytest.importorskip("torch")

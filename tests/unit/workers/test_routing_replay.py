@@ -19,9 +19,9 @@ from launcher.driver.rollout import make_chunks, sampling_params, score_group, s
 from launcher.driver.train import train_on_groups
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import CharTokenizer
+from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.routing import ROUTE_DTYPE, routes_grid, to_routes
-from launcher.workers.stream import sync_in_process
 
 SAMPLES = 4
 MOE_LAYERS, TOP_K = 3, 2  # model/descriptors/tiny.yaml: mlp [dense, sparse, sparse, sparse], top-2 of 8

@@ -5,9 +5,9 @@ what `plan` printed, on CPU and on GPU clusters alike.
 """
 import pytest
 
-from launcher.contract.protocols import EngineWait
+from launcher.weight_sync.messages import EngineWait
+from launcher.weight_sync.transports.vllm_engine import EngineGroupClient, engine_rank_offset
 from launcher.workers.vllm.args import engine_kwargs, ray_executor_env, vllm_lora_rank
-from launcher.workers.vllm.transfer import EngineGroupClient, engine_rank_offset
 
 
 def _kwargs(point, *overrides, on_cpu=False):

@@ -36,7 +36,7 @@ def test_the_trainer_ships_the_planned_buffer_to_vllm(point, monkeypatch):
     import types
     from dataclasses import dataclass
 
-    from launcher.workers.vllm.transfer import trainer_init_info
+    from launcher.weight_sync.transports import transport_for
 
     @dataclass
     class Info:
@@ -55,8 +55,9 @@ def test_the_trainer_ships_the_planned_buffer_to_vllm(point, monkeypatch):
                 if parent not in sys.modules:
                     monkeypatch.setitem(sys.modules, parent, types.ModuleType(parent))
     colocated = point("recipe=dapo_fullft")
-    ipc = trainer_init_info(colocated.cfg, rank=0)
+    ipc = transport_for(colocated.plan.sync.transport).trainer_init_info(colocated.cfg, rank=0)
     assert ipc.packed_buffer_size_bytes == colocated.plan.sync.transfer_buffer_bytes > 1.18 * GIB
     async_ = point("recipe=dapo_async")
-    nccl = trainer_init_info(async_.cfg, rank=0, master_address="h", master_port=1)
+    nccl = transport_for(async_.plan.sync.transport).trainer_init_info(async_.cfg, rank=0, master_address="h",
+                                                                       master_port=1)
     assert nccl.packed_buffer_size_bytes == async_.plan.sync.transfer_buffer_bytes > 1.18 * GIB

@@ -1,4 +1,5 @@
-"""Weight sync from the trainer ranks to every engine, streamed bucket by bucket.
+"""The driver's bucket pump: weights from the trainer ranks to every engine, bucket by bucket
+(the bucket transports' sync: transports/host.py, transports/cuda_ipc.py).
 
     trainer ranks: begin_export(version) ........ next_bucket() -> bucket i (rank 0's; all ranks gather)
     every engine:  begin_weight_update(header) -> load_weight_bucket(bucket i) ... -> finish_weight_update(version)
@@ -18,53 +19,15 @@ change the weights before the export has read them, and nothing but the model's 
 tensors holds them), and returns once the last bucket is handed over, leaving that
 bucket's load and the finish queued; their errors surface at the next sync.
 
-GPU engines (vLLM started with CUDA IPC or NCCL weight transfer, which the engines report
-through weight_transfer()) take merged weights straight from the trainer ranks' devices:
-the trainer ranks stream the same tensors through vLLM's transfer engines, which bound
-their own buffers. That path runs only on GPUs (tests/gpu/test_vllm_gpu.py).
+vLLM engines on GPUs take merged weights straight from the trainer ranks' devices instead
+(transports/vllm_engine.py): the trainer ranks stream the same tensors through vLLM's
+transfer engines, which bound their own buffers. That path runs only on GPUs
+(tests/gpu/test_vllm_gpu.py).
 """
 import collections
-from dataclasses import dataclass, field
 
-from launcher.contract.base_identity import checkpoint_base
-from launcher.plan.sync import BUCKET_BYTES, MAX_BUCKETS_ALIVE, SyncKind
-
-
-@dataclass
-class SyncStats:
-    path: str = "buckets"
-    """"buckets" (through Ray's object store) or the GPU transfer ("ipc", "nccl")."""
-    buckets: int = 0
-    nbytes: int = 0
-    """Bytes per engine (all buckets)."""
-    max_bucket_bytes: int = 0
-    max_alive: int = 0
-    """Most buckets the driver held at once (built, not yet loaded by every engine)."""
-    pending: list = field(default_factory=list)
-    """wait=False: the engines' calls still queued (checked at the next sync)."""
-
-
-def engines_hold_base(engines, kind: SyncKind, hf_path: str | None) -> bool:
-    """Adapter sync (`kind`, the plan's plan.sync.kind): whether every engine already serves
-    the frozen base the trainer adapts, the checkpoint `hf_path` (model.hf_path: same folder,
-    same sha256 of its index) it loaded at start; then a sync asked to send the base (the
-    first one) sends only the adapter. A random init (no hf_path) has no such base, and an
-    engine that dropped its weights (sleep level 2) reports none."""
-    if kind is not SyncKind.adapter or not hf_path:
-        return False
-    expected = checkpoint_base(hf_path)
-    return all(loaded == expected for loaded in engines.call("loaded_base"))
-
-
-def sync_weights(trainers, engines, version: int, with_base: bool, wait: bool,
-                 max_bucket_bytes: int | None = None) -> SyncStats:
-    """Push policy `version` from the trainer group to the engine group (orchestrate.groups)."""
-    transfer = engines.weight_transfer()
-    if transfer is not None:
-        trainers.connect_weight_transfer(engines)
-        trainers.send_weights(version, engines)
-        return SyncStats(path=transfer)
-    return stream_weights(trainers, engines, version, with_base, wait, max_bucket_bytes or BUCKET_BYTES)
+from launcher.plan.sync import BUCKET_BYTES, MAX_BUCKETS_ALIVE
+from launcher.weight_sync.messages import BucketInfo, SyncStats
 
 
 def stream_weights(trainers, engines, version: int, with_base: bool, wait: bool, max_bucket_bytes: int,
@@ -72,13 +35,17 @@ def stream_weights(trainers, engines, version: int, with_base: bool, wait: bool,
     if max_alive < 1:
         raise ValueError(f"max_alive={max_alive}: at least the bucket being loaded must be alive")
     # The header goes from the trainer to the engines without a round trip through here.
-    # The trainer group's transport: host buckets, or CUDA IPC handles for an engine on rank 0's GPU.
+    # The trainer group's transport (plan.sync.transport): host buckets, or CUDA IPC handles
+    # for an engine on rank 0's GPU.
     began = engines.begin_weight_update(trainers.begin_export(version, with_base, max_bucket_bytes,
-                                                              trainers.bucket_transport))
+                                                              trainers.transport))
     stats = SyncStats()
     in_flight: collections.deque = collections.deque()  # (bucket ref, the engines' load refs)
 
     def retire_oldest() -> None:
+        # An engine runs begin before any load: a begin that failed is why its loads fail, so its
+        # error is the one to raise (on the H200 a load's "bucket outside an update" hid it).
+        engines.wait(began, "begin_weight_update")
         _, loads = in_flight.popleft()  # the driver's last reference to that bucket goes here
         engines.wait(loads, "load_weight_bucket")
 
@@ -112,8 +79,25 @@ def stream_weights(trainers, engines, version: int, with_base: bool, wait: bool,
     return stats
 
 
-def check_pending(engines, pending: list) -> None:
-    """Raise the error of a previous wait=False sync, if any (its calls are done by now or soon)."""
-    for refs in pending:
-        if refs:
-            engines.wait(refs, "weight update")
+def sync_in_process(trainer, engines: list, version: int, with_base: bool,
+                    max_bucket_bytes: int = BUCKET_BYTES) -> list[BucketInfo]:
+    """The driver's protocol without Ray (tests, notebooks): one trainer rank, engines in
+    this process, one bucket alive at a time, host buckets (a process cannot open its own
+    CUDA IPC handles). Returns what was sent."""
+    update = trainer.begin_export(version, with_base, max_bucket_bytes)
+    for engine in engines:
+        engine.begin_weight_update(update)
+    sent = []
+    while True:
+        info, bucket = trainer.next_bucket()
+        if info is None:
+            break
+        for engine in engines:
+            engine.load_weight_bucket(bucket)
+        sent.append(info)
+        del bucket
+        if info.last:
+            break
+    for engine in engines:
+        engine.finish_weight_update(version)
+    return sent

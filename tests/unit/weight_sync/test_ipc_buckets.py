@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from launcher.config.compose import compose
-from launcher.contract.protocols import IpcBuffer
 from launcher.contract.spec import ActorSpec
-from launcher.driver.weight_sync import stream_weights
-from launcher.plan.sync import CUDA_IPC, HOST, bucket_transport, bucketed_seconds, transfer_buffer_bytes
+from launcher.plan.sync import SyncTransport, bucketed_seconds, sync_transport, transfer_buffer_bytes
+from launcher.weight_sync.messages import IpcBuffer
+from launcher.weight_sync.pump import stream_weights
+from launcher.weight_sync.transports.cuda_ipc import PackedBucket, unpack
 from launcher.workers import trainer_class
-from launcher.workers.ipc import PackedBucket, unpack
 
 GPU_HF = ["recipe=tiny_grpo", "cluster=h200x1", "inference.backend=hf", "inference.engines=1", "placement.mode=colocated"]
 
@@ -24,17 +24,25 @@ def tiny():
     return cfg, trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
 
 
+HOST, CUDA_IPC = SyncTransport.host, SyncTransport.cuda_ipc
+VLLM = ["recipe=tiny_grpo", "inference.backend=vllm", "inference.engines=1"]
+
+
 @pytest.mark.parametrize("overrides, transport", [
     (GPU_HF, CUDA_IPC),
     (["recipe=tiny_grpo", "cluster=h200x2", "inference.backend=hf", "inference.engines=2", "placement.mode=colocated"], HOST),
     (["recipe=tiny_grpo", "cluster=local", "inference.backend=hf", "inference.engines=1", "placement.mode=colocated"], HOST),
     (["recipe=tiny_grpo", "cluster=h200x2", "inference.backend=hf", "inference.engines=1", "placement.mode=async"], HOST),
-    (["recipe=tiny_grpo", "cluster=h200x1", "inference.backend=vllm", "inference.engines=1", "placement.mode=colocated"], HOST),
+    ([*VLLM, "cluster=h200x1", "placement.mode=colocated"], SyncTransport.vllm_ipc),
+    ([*VLLM, "cluster=h200x2", "placement.mode=async"], SyncTransport.vllm_nccl),
+    ([*VLLM, "cluster=h200x1", "placement.mode=colocated", "trainer.lora.rank=4", "trainer.lora.merge=false"], HOST),
+    ([*VLLM, "cluster=local", "placement.mode=colocated"], HOST),
 ])
-def test_only_an_hf_engine_on_trainer_rank_0s_gpu_gets_cuda_ipc(point, overrides, transport):
-    """Other engines sit on other GPUs (or hosts, or are vLLM with its own transfer)."""
+def test_each_placement_gets_its_transport(point, overrides, transport):
+    """cuda_ipc only for an hf engine on trainer rank 0's GPU (others sit on other GPUs or
+    hosts); vLLM's own transfer for merged or full weights on GPUs; host buckets otherwise."""
     p = point(*overrides)
-    assert bucket_transport(p.cfg) == p.plan.sync.transport == transport
+    assert sync_transport(p.cfg) == p.plan.sync.transport == transport
 
 
 def test_the_plan_prices_each_transport_at_its_own_rate(point):
@@ -46,11 +54,11 @@ def test_the_plan_prices_each_transport_at_its_own_rate(point):
 
 @pytest.mark.slow
 def test_the_driver_hands_the_groups_transport_to_the_trainer(tiny):
-    """weight_sync applies TrainerGroup.bucket_transport; a CPU rank asked for CUDA IPC says why."""
+    """the pump applies TrainerGroup.transport; a CPU rank asked for CUDA IPC says why."""
     _, trainer = tiny
 
     class Trainers:
-        bucket_transport = CUDA_IPC
+        transport = CUDA_IPC
 
         def begin_export(self, version, with_base, max_bucket_bytes, transport):
             return trainer.begin_export(version, with_base, max_bucket_bytes, transport)
@@ -61,7 +69,9 @@ def test_the_driver_hands_the_groups_transport_to_the_trainer(tiny):
 
     with pytest.raises(ValueError, match=r"transport='cuda_ipc' needs trainer rank 0 on a CUDA device; it is on cpu"):
         stream_weights(Trainers(), Engines(), 1, with_base=False, wait=True, max_bucket_bytes=1 << 20)
-    with pytest.raises(ValueError, match=r"transport='nvlink': expected 'host' or 'cuda_ipc'"):
+    with pytest.raises(ValueError, match=r"transport='vllm_nccl': not a bucket transport"):
+        trainer.begin_export(1, False, 1 << 20, SyncTransport.vllm_nccl)
+    with pytest.raises(LookupError, match=r"unknown weight-sync transport 'nvlink'; known: cuda_ipc, host, vllm_ipc"):
         trainer.begin_export(1, False, 1 << 20, "nvlink")
 
 

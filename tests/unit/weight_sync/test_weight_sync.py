@@ -7,12 +7,16 @@ import pytest
 import torch
 
 from launcher.config.compose import compose
-from launcher.contract.protocols import GenerationRequest, SamplingParams, WeightUpdate
+from launcher.contract.messages import GenerationRequest, SamplingParams
 from launcher.contract.spec import ActorSpec
-from launcher.driver.weight_sync import MAX_BUCKETS_ALIVE, check_pending, stream_weights
+from launcher.plan.sync import MAX_BUCKETS_ALIVE, SyncTransport
+from launcher.weight_sync.export import buckets
+from launcher.weight_sync.messages import WeightUpdate
+from launcher.weight_sync.pump import stream_weights, sync_in_process
+from launcher.weight_sync.push import check_pending
+from launcher.weight_sync.transports.base import nbytes
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.model import checkpoint_state, language_state
-from launcher.workers.stream import buckets, nbytes, sync_in_process
 
 BOUND = 160 << 10  # the tiny model is ~1.3 MiB in 112 tensors of <= 128 KiB: ~9 buckets
 LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.targets=[linear_proj,q_proj,linear_fc1]"]
@@ -91,7 +95,7 @@ class _Ref:
 class _Trainers:
     """TrainerGroup's export methods over one in-process rank, counting live buckets."""
 
-    bucket_transport = "host"  # engines in this process: host buckets
+    transport = SyncTransport.host  # engines in this process: host buckets
 
     def __init__(self, trainer):
         self.trainer, self.live, self.peak = trainer, weakref.WeakSet(), 0
@@ -168,6 +172,38 @@ def test_async_sync_returns_with_the_tail_queued_and_checks_it_later():
     assert group.engines[0].version == 0
     check_pending(group, stats.pending)
     assert group.queue == [] and group.engines[0].version == 1 and len(trainers.live) == 0
+
+
+class _RayEngines(_Engines):
+    """As Ray does: a call that raised keeps its error for whoever waits on it; the calls queued
+    behind it still run."""
+
+    def wait(self, calls, what):
+        while any(not c["done"] for c in calls):
+            call = self.queue.pop(0)
+            arg = call.pop("arg")
+            try:
+                getattr(call["engine"], call["method"])(arg.bucket if isinstance(arg, _Ref) else arg)
+            except RuntimeError as err:
+                call["error"] = err
+            call["done"] = True
+        for call in calls:
+            if "error" in call:
+                raise call["error"]
+        return [None] * len(calls)
+
+
+def test_an_engine_whose_update_never_began_reports_why_not_its_loads_refusal():
+    cfg, trainer = _trainer()
+    engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
+
+    def no_room():
+        raise RuntimeError("CUDA out of memory while materializing the engine's weights")
+
+    engine._begin_weights = no_room
+    with pytest.raises(RuntimeError, match="out of memory"):
+        stream_weights(_Trainers(trainer), _RayEngines([engine]), 1, with_base=True, wait=True,
+                       max_bucket_bytes=BOUND, max_alive=1)
 
 
 @pytest.mark.slow

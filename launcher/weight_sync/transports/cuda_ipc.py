@@ -15,16 +15,20 @@ rebuild_cuda_tensor on those args, so this producer needs no vLLM and its buffer
 vLLM's consumer reads.
 
 Lifetime (the trainer must not free or reuse a buffer before the engine has copied it):
-StreamedExport keeps each buffer until the driver has confirmed its load (the driver asks
-for bucket i + MAX_BUCKETS_ALIVE only after every engine loaded bucket i; the tail is freed
-by release_export after the engines' finish). torch's IPC refcount is the backstop:
+the export's CudaIpcPacking keeps each buffer until the driver has confirmed its load (the
+driver asks for bucket i + MAX_BUCKETS_ALIVE only after every engine loaded bucket i; the
+tail is freed by release_export after the engines' finish). torch's IPC refcount is the backstop:
 reduce_tensor sets a counter the engine decrements only when its mapping is freed (after a
 stream sync), and a block freed while the counter is up waits in torch's limbo instead of
 returning to the allocator; torch.cuda.ipc_collect() frees it once released.
 """
+import collections
+
 import torch
 
-from launcher.contract.protocols import IpcBuffer, WeightBucket
+from launcher.plan.sync import MAX_BUCKETS_ALIVE, SyncTransport, transfer_buffer_bytes
+from launcher.weight_sync.messages import IpcBuffer, WeightBucket
+from launcher.weight_sync.transports.base import TRANSPORTS, BucketTransport, Packing, Received
 
 
 def gpu_uuid(device_index: int) -> str:
@@ -81,7 +85,7 @@ class PackedBucket:
         self.kept.append(self.buffer)
         handles = {gpu_uuid(self.buffer.device.index): args}
         ipc = IpcBuffer(self.names, self.dtype_names, self.shapes, self.tensor_sizes, handles)
-        return WeightBucket(kind, [], self.nbytes, last=last, ipc=ipc)
+        return WeightBucket(kind, [], self.nbytes, last=last, ipc=ipc, transport=SyncTransport.cuda_ipc)
 
 
 def unpack(packed: torch.Tensor, ipc: IpcBuffer) -> list[tuple[str, torch.Tensor]]:
@@ -114,7 +118,53 @@ def open_bucket(ipc: IpcBuffer, device: torch.device, who: str) -> list[tuple[st
     if uuid not in ipc.ipc_handles:
         raise RuntimeError(f"{who} on GPU {uuid} got a CUDA IPC weight bucket exported on GPU(s) "
                            f"{sorted(ipc.ipc_handles)}: CUDA IPC needs the engine on trainer rank 0's GPU "
-                           "(plan/sync.py bucket_transport); other placements take host buckets")
+                           "(plan/sync.py sync_transport); other placements take host buckets")
     args = list(ipc.ipc_handles[uuid])
     args[6] = index  # reduce_tensor's storage device: the producer's index, which need not be ours
     return unpack(rebuild_cuda_tensor(*args), ipc)
+
+
+class CudaIpcPacking(Packing):
+    """Rank 0's buckets as device buffers of `capacity_bytes`, each kept until the engines loaded it."""
+
+    def __init__(self, capacity_bytes: int, device: torch.device):
+        self.capacity_bytes, self.device = capacity_bytes, device
+        self.kept: collections.deque = collections.deque()
+        """The device buffers of buckets an engine may still be reading."""
+
+    def keep(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The tensor stays where it is; the bucket's buffer copies it."""
+        return tensor.detach()
+
+    def new_bucket(self) -> PackedBucket:
+        return PackedBucket(self.capacity_bytes, self.device, self.kept)
+
+    def before_next(self) -> None:
+        # The driver asks for this bucket only once every engine loaded all but the newest
+        # MAX_BUCKETS_ALIVE - 1 buckets, so their buffers may go (torch's IPC refcount backs this up).
+        while len(self.kept) >= MAX_BUCKETS_ALIVE:
+            self.kept.popleft()
+
+    def release(self) -> None:
+        """Drop the kept device buffers and have torch free any an engine released late (its IPC limbo)."""
+        self.kept.clear()
+        torch.cuda.ipc_collect()
+
+
+@TRANSPORTS.register(SyncTransport.cuda_ipc)
+class CudaIpcBuckets(BucketTransport):
+    kind = SyncTransport.cuda_ipc
+
+    def packing(self, exporter, max_bucket_bytes: int) -> Packing:
+        if exporter.device.type != "cuda":
+            raise ValueError(f"weight export transport={self.kind.value!r} needs trainer rank 0 on a CUDA device; it "
+                             f"is on {exporter.device}: plan/sync.py sync_transport picks it for GPU clusters only "
+                             "(cluster.gpu.arch), so run on one or use a cluster with gpu.arch cpu")
+        capacity = transfer_buffer_bytes(exporter.cfg, max_bucket_bytes)
+        # The engine on this GPU assembles fused weights on the device as buckets land: hand it
+        # the blocks this process's allocator keeps cached (training's activations, init's fp32).
+        torch.cuda.empty_cache()
+        return CudaIpcPacking(capacity, exporter.device)
+
+    def open(self, bucket: WeightBucket, device: torch.device, who: str) -> tuple[Received, bool]:
+        return open_bucket(bucket.ipc, device, who), True

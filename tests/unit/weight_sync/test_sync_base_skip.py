@@ -13,8 +13,9 @@ import torch
 
 from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
-from launcher.driver.weight_sync import engines_hold_base, sync_weights
 from launcher.plan import make_plan
+from launcher.plan.sync import SyncTransport
+from launcher.weight_sync.push import engines_hold_base, sync_weights
 from launcher.workers import engine_class, trainer_class
 
 ADAPTER = ["recipe=tiny_grpo", "trainer.lora.rank=4", "trainer.lora.alpha=8",
@@ -25,16 +26,13 @@ BOUND = 160 << 10
 class _InProcess:
     """TrainerGroup (one rank) and EngineGroup methods over backends in this process."""
 
-    bucket_transport = "host"
+    transport = SyncTransport.host
 
     def __init__(self, members: list):
         self.members = members
 
     def call(self, method: str, *args) -> list:
         return [getattr(m, method)(*args) for m in self.members]
-
-    def weight_transfer(self):
-        return None
 
     def begin_weight_update(self, update):
         return self.call("begin_weight_update", update)
