@@ -12,7 +12,8 @@ from pathlib import Path
 EVAL_MARK = "eval/n"
 """Present in every evaluation row of metrics.jsonl and in no training row."""
 EVAL_SERIES = (("eval/greedy_acc", "held-out greedy accuracy"), ("eval/mean_at_k_acc", "held-out mean@k accuracy"))
-MISMATCH_SERIES = ("logprob_abs_diff_mean", "logprob_abs_diff_max", "rollout_kl", "is_masked_frac", "routing_agreement")
+MISMATCH_SERIES = ("logprob_abs_diff_mean", "logprob_abs_diff_max", "rollout_kl", "is_masked_frac", "routing_agreement",
+                   "indexer_agreement")
 """Trainer-vs-rollout keys of the training rows, drawn per step on the bottom panel."""
 
 

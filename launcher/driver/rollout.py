@@ -32,6 +32,8 @@ class Group:
     """Responses cut at max_response_len without an EOS id (what DAPO's overlong penalty targets)."""
     routes: list | None = None
     """Per sample, the engine's MoE routes (Generation.routes: uint16 numpy arrays), or None."""
+    indexer_topk: list | None = None
+    """Per sample, the engine's DSA indexer pools (Generation.indexer_topk: uint16 numpy arrays), or None."""
 
 
 def sampling_params(alg) -> SamplingParams:
@@ -73,7 +75,8 @@ def score_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: 
                  task_rewards=task_rewards, rewards=shaped_B.tolist(), correct=[s.correct for s in scored],
                  reward_errors=sum(s.error is not None for s in scored),
                  truncated=sum(not gen.finished[r] for r in rows),
-                 routes=[gen.routes[r] for r in rows] if gen.routes is not None else None)
+                 routes=[gen.routes[r] for r in rows] if gen.routes is not None else None,
+                 indexer_topk=[gen.indexer_topk[r] for r in rows] if gen.indexer_topk is not None else None)
 
 
 def split_generation(members: list[int], gen: Generation, samples: int) -> list[tuple[int, range]]:

@@ -2,6 +2,7 @@
 
 Groups are cut into mini-batches of `algorithm.mini_batch_prompts` prompts (one optimizer
 step each); each mini-batch's sequences are dealt round-robin over the data-parallel ranks.
+The engine's per-sample arrays (CARRIED: MoE routes, DSA indexer pools) go with their samples.
 With more than one mini-batch, the pre-update log-probs of every sequence are computed
 first so that every mini-batch's PPO ratio is taken against the same old policy.
 """
@@ -16,24 +17,26 @@ SUMMED_STATS = ("clip_frac", "ppo_kl", "entropy", "kl_ref", "is_weight", "rollou
 MAX_SUFFIX = "_max"
 """A trainer statistic named `*_max` is a maximum (trainer_base.py): the step's is the max
 over ranks and mini-batches (logprob_abs_diff_max)."""
+CARRIED = ("routes", "indexer_topk")
+"""Group and TrainShard fields holding one engine array per sample (routing / indexer replay)."""
 
 
 def _flatten(groups: list[Group], algorithm, samples: int):
     rewards_B = torch.tensor([r for g in groups for r in g.rewards], dtype=torch.float32)
     adv_B = algorithm.advantages(rewards_B, samples)
     seqs, prompt_lens, rollout = [], [], []
-    routes = [] if groups and all(g.routes is not None for g in groups) else None
+    carried = {f: [] for f in CARRIED if groups and all(getattr(g, f) is not None for g in groups)}
     for g in groups:
         for response, logprobs in zip(g.responses, g.logprobs, strict=True):
             seqs.append(g.prompt_ids + response)
             prompt_lens.append(len(g.prompt_ids))
             rollout.append(logprobs)
-        if routes is not None:
-            routes += g.routes
-    return seqs, prompt_lens, rollout, adv_B.tolist(), routes
+        for f, arrays in carried.items():
+            arrays += getattr(g, f)
+    return seqs, prompt_lens, rollout, adv_B.tolist(), carried
 
 
-def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, routes=None) -> list[TrainShard]:
+def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, carried) -> list[TrainShard]:
     tokens = sum(len(seqs[r]) - prompt_lens[r] for r in rows)
     shards = []
     for d in range(dp):
@@ -43,7 +46,7 @@ def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, rout
             advantages=[adv[r] for r in mine], tokens_in_mini_batch=tokens, seqs_in_mini_batch=len(rows),
             old_logprobs=[old[r] for r in mine] if old is not None else None,
             rollout_logprobs=[rollout[r] for r in mine],
-            routes=[routes[r] for r in mine] if routes is not None else None,
+            **{f: [arrays[r] for r in mine] for f, arrays in carried.items()},
         ))
     return shards
 
@@ -51,17 +54,17 @@ def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, rout
 def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm) -> dict:
     """Run every mini-batch of a step through the trainer group; returns step metrics."""
     samples = alg_cfg.samples_per_prompt
-    seqs, prompt_lens, rollout, adv, routes = _flatten(groups, algorithm, samples)
+    seqs, prompt_lens, rollout, adv, carried = _flatten(groups, algorithm, samples)
     per_mini = alg_cfg.mini_batch_prompts * samples
     minis = [list(range(s, min(s + per_mini, len(seqs)))) for s in range(0, len(seqs), per_mini)]
     old = None
     if len(minis) > 1:
         everyone = list(range(len(seqs)))
-        old = trainers.logprobs(_shards(everyone, trainers.dp, seqs, prompt_lens, adv, rollout, None, routes),
+        old = trainers.logprobs(_shards(everyone, trainers.dp, seqs, prompt_lens, adv, rollout, None, carried),
                                 order=everyone)
     totals: dict[str, float] = {}
     for rows in minis:
-        per_rank = trainers.train_step(_shards(rows, trainers.dp, seqs, prompt_lens, adv, rollout, old, routes))
+        per_rank = trainers.train_step(_shards(rows, trainers.dp, seqs, prompt_lens, adv, rollout, old, carried))
         for stats in per_rank:
             for key, value in stats.items():
                 if key.endswith(MAX_SUFFIX):
@@ -75,6 +78,9 @@ def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm) -> dict:
     if totals.get("route_pairs"):  # the engines returned routes (routing_replay / routing_agreement)
         metrics.update(routing_agreement=totals["route_agree"] / totals["route_pairs"],
                        routing_agreement_own=totals["route_agree_own"] / totals["route_pairs"])
+    if totals.get("indexer_pairs"):  # the engines returned indexer pools (indexer_replay / indexer_agreement)
+        metrics.update(indexer_agreement=totals["indexer_agree"] / totals["indexer_pairs"],
+                       indexer_agreement_own=totals["indexer_agree_own"] / totals["indexer_pairs"])
     metrics.update(loss=totals.get("loss", 0.0) / len(minis), grad_norm=totals.get("grad_norm", 0.0),
                    mini_batches=len(minis), trained_sequences=len(seqs))
     return metrics

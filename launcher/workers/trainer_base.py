@@ -16,7 +16,8 @@ Megatron's DDP wrapper, or the model itself), and implements
   _zero_grad(), and _step() -> the gradient norm (reduce, clip, optimizer step);
 and overrides _backward(loss) where its gradient reduction needs the loss scaled, and
 _routes(shard, batch, count) / _route_counts() where it replays the engines' MoE routes
-(algorithm.routing_replay; the hf trainer, hf/routing.py).
+and DSA indexer pools (algorithm.routing_replay, indexer_replay: hf/routing.py,
+hf/indexer_topk.py, model/megatron/routes.py, model/megatron/indexer_slot.py).
 Shapes: B sequences of a micro-batch, T target positions (batch.py's grid).
 """
 import contextlib
@@ -114,12 +115,14 @@ class TrainerBase(StreamedExport):
             return self._logp_grid(self.model, batch, with_entropy=False)[0]
 
     def _routes(self, shard: TrainShard, batch, count: bool) -> contextlib.AbstractContextManager:
-        """The engines' MoE routes of `batch` for the forwards inside (replayed, and counted
-        for routing_agreement when `count`); a backend without route support ignores them."""
+        """The engines' MoE routes and indexer pools of `batch` for the forwards inside
+        (replayed, and counted for routing_agreement / indexer_agreement when `count`); a
+        backend without replay support ignores them."""
         return contextlib.nullcontext()
 
     def _route_counts(self) -> dict[str, float]:
-        """route_pairs / route_agree / route_agree_own since the last call (hf/routing.py)."""
+        """route_* and indexer_* pairs / agree / agree_own since the last call (hf/routing.py,
+        hf/indexer_topk.py)."""
         return {}
 
     def _micro_loss(self, shard: TrainShard, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -105,5 +105,16 @@ class AlgorithmConfig:
     """The engines return their routes and every step reports routing_agreement (the share of
     token x MoE-layer pairs whose trainer expert set equals the engine's) without replaying
     them; routing_replay turns it on too."""
+    indexer_replay: bool = False
+    """DSA top-k replay: the engines return, per token and DSA layer with its own indexer, the
+    k-pools (index_topk / index_kpool of them; tokens when index_kpool is 1) their indexer
+    selected, and the trainer's indexer attends over those instead of its own top-k in its
+    log-prob and training forwards. Selection only matters for sequences longer than
+    index_topk (shorter ones see every key). Models with DSA layers, the hf engine, the hf or
+    Megatron trainer (ROUTE005-008); about 2.8 KB per token for GLM-5.3-Flash (plan.routes)."""
+    indexer_agreement: bool = False
+    """The engines return their indexer top-k and every step reports indexer_agreement (the
+    share of token x indexer-layer pairs whose trainer pool set equals the engine's) without
+    replaying it; indexer_replay turns it on too."""
     max_staleness: int = 0
     """Async: samples older than this many policy versions are never trained on; >= 1 for async."""

@@ -31,6 +31,7 @@ from launcher.weight_sync.receive import ServedWeights
 from launcher.weight_sync.transports.base import Received
 from launcher.workers.engine_base import EngineBase
 from launcher.workers.hf import lora
+from launcher.workers.hf.indexer_topk import IndexerRecorder
 from launcher.workers.hf.model import VISION_PREFIX, build_model, drop_parameters, materialize
 from launcher.workers.hf.names import ModelNameAssembler
 from launcher.workers.hf.routing import RouteRecorder
@@ -62,6 +63,8 @@ class HfEngine(EngineBase, ServedWeights):
         self.asleep_level = 0
         self.returns_routes = config.algorithm.routing_replay or config.algorithm.routing_agreement
         """Each generation carries its MoE routes (hf/routing.py) for the trainer's replay or agreement."""
+        self.returns_indexer_topk = config.algorithm.indexer_replay or config.algorithm.indexer_agreement
+        """Each generation carries its DSA indexer's pools (hf/indexer_topk.py), likewise."""
         self._names: ModelNameAssembler | None = None
         self._manifest: SyncManifest | None = None
         """Checkpoint names received by this update's "weights" buckets (None: none yet)."""
@@ -72,16 +75,24 @@ class HfEngine(EngineBase, ServedWeights):
         if not self.has_weights:
             raise RuntimeError(f"{self.who} was asked to generate before any weight update (it starts empty)")
         self._refuse_mid_update()
-        recorder = RouteRecorder(self.model) if self.returns_routes else None
+        recorders = self._recorders()
         try:
             results = sample(self.model, request.prompts, request.sampling, self.eos_ids, self.pad_id, request.seed,
-                             recorder)
+                             recorders)
         finally:
-            if recorder is not None:
+            for recorder in recorders.values():
                 recorder.remove()
         return Generation(tokens=[r.tokens for r in results], logprobs=[r.logprobs for r in results],
                           finished=[r.finished for r in results], policy_version=self.version,
-                          routes=[r.routes for r in results] if recorder is not None else None)
+                          routes=[r.routes for r in results] if "routes" in recorders else None,
+                          indexer_topk=[r.indexer_topk for r in results] if "indexer_topk" in recorders else None)
+
+    def _recorders(self) -> dict:
+        """Hooks for this request's routes and indexer pools (sampling.py's Sampled fields)."""
+        recorders = {"routes": RouteRecorder(self.model)} if self.returns_routes else {}
+        if self.returns_indexer_topk:
+            recorders["indexer_topk"] = IndexerRecorder(self.model)
+        return recorders
 
     # ---- weight update steps (weight_sync/receive.py runs the update) ----------------------------
 

@@ -56,6 +56,9 @@ class RouteRecorder:
         self._ids = [None] * len(self.gates)
         return torch.stack(ids, dim=2)
 
+    def arrays(self, routes_BTLK: torch.Tensor, lengths: list[int]) -> list[np.ndarray]:
+        return to_routes(routes_BTLK, lengths)
+
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()

@@ -12,7 +12,6 @@ import torch
 
 from launcher.workers.hf.compute import sample_next
 from launcher.workers.hf.model import forward_kwargs
-from launcher.workers.hf.routing import RouteRecorder, to_routes
 
 
 @dataclass
@@ -23,15 +22,18 @@ class Sampled:
     """True when an EOS id was produced (False: cut at max_response_len)."""
     routes: np.ndarray | None = None
     """uint16 [len(prompt) + len(tokens) - 1, moe_layers, top_k] when a RouteRecorder was given."""
+    indexer_topk: np.ndarray | None = None
+    """uint16 [len(prompt) + len(tokens) - 1, indexer_layers, pools] when an IndexerRecorder was given."""
 
 
 @torch.no_grad()
 def _decode_batch(model, prompt_ids_BT: torch.Tensor, sp, eos_ids: tuple[int, ...], pad_id: int,
-                  generator: torch.Generator, recorder: RouteRecorder | None = None) -> list[Sampled]:
+                  generator: torch.Generator, recorders: dict | None = None) -> list[Sampled]:
     batch = prompt_ids_BT.shape[0]
     eos_E = torch.tensor(eos_ids, dtype=torch.long, device=prompt_ids_BT.device)
     out = model(input_ids=prompt_ids_BT, use_cache=True, **forward_kwargs(model, prompt_ids_BT.shape[1]))
-    routes_BTLK = [recorder.take(batch)] if recorder is not None else None
+    recorders = recorders or {}
+    taken = {field: [r.take(batch)] for field, r in recorders.items()}
     cache, logits_BV = out.cache, out.logits[:, -1]
     tokens_BN, logps_BN = [], []
     done_B = torch.zeros(batch, dtype=torch.bool, device=prompt_ids_BT.device)
@@ -44,15 +46,15 @@ def _decode_batch(model, prompt_ids_BT: torch.Tensor, sp, eos_ids: tuple[int, ..
         if bool(done_B.all()):
             break
         out = model(input_ids=token_B[:, None], cache=cache, use_cache=True)
-        if routes_BTLK is not None:
-            routes_BTLK.append(recorder.take(batch))
+        for field, r in recorders.items():
+            taken[field].append(r.take(batch))
         cache, logits_BV = out.cache, out.logits[:, -1]
     results = _unpack(torch.stack(tokens_BN, 1), torch.stack(logps_BN, 1), eos_ids)
-    if routes_BTLK is not None:
-        # The last sampled token is never fed: a row has prompt + response - 1 routed positions.
-        lengths = [prompt_ids_BT.shape[1] + len(r.tokens) - 1 for r in results]
-        for res, routes in zip(results, to_routes(torch.cat(routes_BTLK, dim=1), lengths), strict=True):
-            res.routes = routes
+    # The last sampled token is never fed: a row has prompt + response - 1 recorded positions.
+    lengths = [prompt_ids_BT.shape[1] + len(r.tokens) - 1 for r in results]
+    for field, chunks in taken.items():
+        for res, array in zip(results, recorders[field].arrays(torch.cat(chunks, dim=1), lengths), strict=True):
+            setattr(res, field, array)
     return results
 
 
@@ -68,11 +70,12 @@ def _unpack(tokens_BN: torch.Tensor, logps_BN: torch.Tensor, eos_ids: tuple[int,
 
 
 def sample(model, prompts: list[list[int]], sp, eos_ids, pad_id: int, seed: int,
-           recorder: RouteRecorder | None = None) -> list[Sampled]:
+           recorders: dict | None = None) -> list[Sampled]:
     """Sample one response per entry of `prompts` (repeat a prompt to get a group); a
     response ends at any of `eos_ids` (an int is one id: every EOS id of the checkpoint's
-    generation_config, Tokenizer.eos_ids). With `recorder` (hooked on `model`'s MoE gates)
-    each result carries its routes."""
+    generation_config, Tokenizer.eos_ids). `recorders` maps a Sampled field (`routes`,
+    `indexer_topk`) to a recorder hooked on `model` (hf/routing.py RouteRecorder,
+    hf/indexer_topk.py IndexerRecorder): each result carries that field's array."""
     eos_ids = (eos_ids,) if isinstance(eos_ids, int) else tuple(eos_ids)
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -83,6 +86,6 @@ def sample(model, prompts: list[list[int]], sp, eos_ids, pad_id: int, seed: int,
     for length in sorted(by_len):
         rows = by_len[length]
         ids_BT = torch.tensor([prompts[r] for r in rows], dtype=torch.long, device=device)
-        for row, res in zip(rows, _decode_batch(model, ids_BT, sp, eos_ids, pad_id, generator, recorder), strict=True):
+        for row, res in zip(rows, _decode_batch(model, ids_BT, sp, eos_ids, pad_id, generator, recorders), strict=True):
             results[row] = res
     return results

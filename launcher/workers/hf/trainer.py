@@ -8,7 +8,7 @@ import copy
 import os
 import random
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
 import torch
@@ -21,9 +21,11 @@ from launcher.plan.sync import SyncKind
 from launcher.workers.batch import MicroBatch, micro_batches
 from launcher.workers.hf import lora
 from launcher.workers.hf.compute import logits_of, target_logprobs
+from launcher.workers.hf.indexer_topk import IndexerReplay, pools_per_query
 from launcher.workers.hf.model import VISION_PREFIX, build_model, language_items, language_state
 from launcher.workers.hf.names import checkpoint_adapter_items, checkpoint_items
 from launcher.workers.hf.routing import RouteReplay, routes_grid
+from launcher.workers.indexer_picks import picks_grid
 from launcher.workers.integrity import has_record, mismatch, read_records, write_record
 from launcher.workers.registry import TRAINERS
 from launcher.workers.trainer_base import TrainerBase, clip_grad_norm, tagged
@@ -58,6 +60,11 @@ class HfTrainer(TrainerBase):
         if self.route_replay is not None and not self.route_replay.gates:
             raise ValueError("algorithm.routing_replay / routing_agreement: the model has no MoE router to replay "
                              "(ROUTE001)")
+        self.indexer_replay = (IndexerReplay(self.model, replay=alg.indexer_replay)
+                               if alg.indexer_replay or alg.indexer_agreement else None)
+        """Hooks on the DSA indexers: the engines' pools replayed (indexer_replay) or only compared."""
+        if self.indexer_replay is not None and not self.indexer_replay.indexers:
+            raise ValueError("algorithm.indexer_replay / indexer_agreement: the model has no DSA indexer (ROUTE005)")
         opt = config.trainer.optimizer
         self.optimizer = torch.optim.AdamW(self.params, lr=opt.lr, weight_decay=opt.weight_decay)
         self.progress.phase("ready")
@@ -78,15 +85,22 @@ class HfTrainer(TrainerBase):
         return target_logprobs(logits_BTV, mb.ids_BT.to(self.device), self.temperature, with_entropy)
 
     def _routes(self, shard: TrainShard, batch: MicroBatch, count: bool) -> AbstractContextManager:
-        if self.route_replay is None or shard.routes is None:
-            return super()._routes(shard, batch, count)
-        gates = self.route_replay.gates
-        grid = routes_grid(shard.routes, batch.rows, shard.sequences, batch.ids_BT.shape[1], len(gates),
-                           gates[0].top_k)
-        return self.route_replay.active(grid, count)
+        stack = ExitStack()
+        width = batch.ids_BT.shape[1]
+        if self.route_replay is not None and shard.routes is not None:
+            gates = self.route_replay.gates
+            grid = routes_grid(shard.routes, batch.rows, shard.sequences, width, len(gates), gates[0].top_k)
+            stack.enter_context(self.route_replay.active(grid, count))
+        if self.indexer_replay is not None and shard.indexer_topk is not None:
+            found = self.indexer_replay.indexers
+            grid, has = picks_grid(shard.indexer_topk, batch.rows, shard.sequences, width, len(found),
+                                   pools_per_query(found[0]))
+            stack.enter_context(self.indexer_replay.active(grid, has, count))
+        return stack
 
     def _route_counts(self) -> dict[str, float]:
-        return self.route_replay.counts() if self.route_replay is not None else {}
+        counts = self.route_replay.counts() if self.route_replay is not None else {}
+        return counts | (self.indexer_replay.counts() if self.indexer_replay is not None else {})
 
     def _adapters_off(self) -> AbstractContextManager:
         return self.model.disable_adapter()

@@ -3,6 +3,7 @@ driver turns ranks' and mini-batches' sums into the step's means and maxima, and
 mismatch panel."""
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,3 +74,37 @@ def test_plot_draws_the_mismatch_panel(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert write_curves(metrics, tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_indexer_pools_go_with_their_samples_and_agreement_is_summed_over_ranks():
+    """Each group's per-sample pool arrays reach the shard of the rank that trains the sample;
+    indexer_agreement is the ranks' agreeing pairs over their pairs."""
+    class Alg:
+        samples_per_prompt, mini_batch_prompts = 2, 2
+
+    class Algorithm:
+        @staticmethod
+        def advantages(rewards_B, samples):
+            return rewards_B
+
+    class Counting(_Trainers):
+        shards = None
+
+        def train_step(self, shards):
+            self.shards = shards
+            return [stats | {"indexer_pairs": 6.0, "indexer_agree": a, "indexer_agree_own": 3.0}
+                    for stats, a in zip(super().train_step(shards), (6.0, 5.0), strict=True)]
+
+    groups = _groups(2)
+    for g, group in enumerate(groups):
+        group.indexer_topk = [np.full((3, 1, 4), 10 * g + s, dtype=np.uint16) for s in range(2)]
+    trainers = Counting()
+    metrics = train_on_groups(trainers, groups, Alg, Algorithm)
+    assert [[int(a[0, 0, 0]) for a in shard.indexer_topk] for shard in trainers.shards] == [[0, 10], [1, 11]]
+    assert trainers.shards[0].routes is None  # the groups carry no routes
+    assert metrics["indexer_agreement"] == pytest.approx(11 / 12) and metrics["indexer_agreement_own"] == 0.5
+
+
+def test_plot_draws_the_indexer_agreement():
+    rows = [{"step": s, "reward": 0.0, "indexer_agreement": 1.0} for s in (1, 2)]
+    assert mismatch_panel(rows) == [("indexer_agreement", [1, 2], [1.0, 1.0])]
