@@ -48,24 +48,37 @@ class KPoolIndexer(torch.nn.Module):
         return torch.matmul(weights_SJ.unsqueeze(-2), scores_SJP).squeeze(-2)
 
     @torch.no_grad()
-    def forward(self, x_SD: torch.Tensor, q_resid_SR: torch.Tensor) -> torch.Tensor:
-        """Boolean [S, S] mask: query s may attend key t."""
-        seq = x_SD.shape[0]
-        device = x_SD.device
-        query_S1 = torch.arange(seq, device=device).unsqueeze(-1)
-        pool_end_P = torch.arange(seq // self.kpool, device=device) * self.kpool + self.kpool - 1
+    def picks(self, x_SD: torch.Tensor, q_resid_SR: torch.Tensor) -> torch.Tensor:
+        """The pools each query keeps, [S, K] (K = index_topk // kpool, best first), -1 where
+        fewer than K complete pools are visible: what the engine's indexer returns and
+        replay gives back (model/megatron/indexer_slot.py)."""
+        seq, budget = x_SD.shape[0], self.topk // self.kpool
+        query_S1 = torch.arange(seq, device=x_SD.device).unsqueeze(-1)
+        pool_end_P = torch.arange(seq // self.kpool, device=x_SD.device) * self.kpool + self.kpool - 1
         visible_SP = pool_end_P.unsqueeze(0) <= query_S1
         scores_SP = self._pool_scores(x_SD, q_resid_SR).masked_fill(~visible_SP, torch.finfo(torch.float32).min)
-        chosen = min(self.topk // self.kpool, scores_SP.shape[-1])
+        chosen = min(budget, scores_SP.shape[-1])
         picked_SK = scores_SP.topk(chosen, dim=-1).indices
-        pools = scores_SP.shape[-1]
-        picked_SK = picked_SK.masked_fill(~visible_SP.gather(-1, picked_SK), pools)
+        picked_SK = picked_SK.masked_fill(~visible_SP.gather(-1, picked_SK), -1)
+        return F.pad(picked_SK, (0, budget - chosen), value=-1)
+
+    @torch.no_grad()
+    def mask(self, picked_SK: torch.Tensor) -> torch.Tensor:
+        """Boolean [S, S] mask: query s may attend key t (a token of a picked pool, or of its own tail)."""
+        seq, device = picked_SK.shape[0], picked_SK.device
+        pools = seq // self.kpool
+        picked_SK = picked_SK.masked_fill(picked_SK < 0, pools)
         chosen_SP = torch.zeros(seq, pools + 1, dtype=torch.bool, device=device).scatter_(1, picked_SK, True)
         chosen_SP[:, pools] = False
         pool_of_T = (torch.arange(seq, device=device) // self.kpool).clamp(max=pools)
         in_picked_ST = chosen_SP[:, pool_of_T]
         if self.select_tail:
+            query_S1 = torch.arange(seq, device=device).unsqueeze(-1)
             tail_start_S1 = (query_S1 + 1) - (query_S1 + 1) % self.kpool
             key_1T = torch.arange(seq, device=device).unsqueeze(0)
             in_picked_ST |= (key_1T >= tail_start_S1) & (key_1T <= query_S1)
         return in_picked_ST
+
+    def forward(self, x_SD: torch.Tensor, q_resid_SR: torch.Tensor) -> torch.Tensor:
+        """Boolean [S, S] mask of the indexer's own picks."""
+        return self.mask(self.picks(x_SD, q_resid_SR))

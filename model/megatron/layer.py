@@ -46,9 +46,15 @@ class DecoderLayer(torch.nn.Module):
         relay = getattr(self.self_attention, "relay_in", None)
         return relay.masks if relay is not None else None
 
-    def forward(self, streams_TND: torch.Tensor, packed: Packed, relayed: tuple | None = None) -> torch.Tensor:
+    def given_picks(self, packed: Packed) -> tuple | None:
+        """The engine's indexer pools for this layer (DSA top-k replay; else None)."""
+        attention = self.self_attention
+        return attention.given_picks(packed) if isinstance(attention, SparseMLA) else None
+
+    def forward(self, streams_TND: torch.Tensor, packed: Packed, relayed: tuple | None = None,
+                given: tuple | None = None) -> torch.Tensor:
         post, comb, x_TD = self.attn_hc(streams_TND)
-        extra = () if relayed is None else (relayed,)
+        extra = () if relayed is None and given is None else (relayed, given)
         attn_TD = self._maybe_recompute({"core_attn"}, self.self_attention, self.input_layernorm(x_TD), packed, *extra)
         streams_TND = hc_merge(post, comb, attn_TD, streams_TND)
         post, comb, x_TD = self.ffn_hc(streams_TND)

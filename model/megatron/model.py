@@ -70,10 +70,10 @@ class GlmModel(torch.nn.Module):
         return reduce_scatter_tokens(emb_TD.masked_fill(outside_T.unsqueeze(-1), 0), ps.get_tensor_model_parallel_group())
 
     def _run_layer(self, layer: DecoderLayer, streams_TND: torch.Tensor, packed: Packed) -> torch.Tensor:
-        relayed = layer.relayed_masks()
+        relayed, given = layer.relayed_masks(), layer.given_picks(packed)
         if self.recompute_layers and torch.is_grad_enabled():
-            return checkpoint(layer, streams_TND, packed, relayed, use_reentrant=False)
-        return layer(streams_TND, packed, relayed)
+            return checkpoint(layer, streams_TND, packed, relayed, given, use_reentrant=False)
+        return layer(streams_TND, packed, relayed, given)
 
     def forward(self, ids_T: torch.Tensor, packed: Packed) -> torch.Tensor:
         """Logits over this rank's vocabulary slice, [T, Vl] (T = all tokens of the stream)."""

@@ -11,13 +11,14 @@ load_checkpoint gather or scatter shards: with more than one model-parallel rank
 must be called on every rank.
 """
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 
 import torch
 
 from launcher.contract.messages import TrainShard
 from launcher.contract.spec import ActorSpec
 from launcher.plan.sync import SyncKind
+from launcher.workers.indexer_picks import as_pools
 from launcher.workers.megatron import checkpoint
 from launcher.workers.megatron import model as megatron_model
 from launcher.workers.megatron._export import adapter_tensors
@@ -28,6 +29,7 @@ from launcher.workers.registry import TRAINERS
 from launcher.workers.trainer_base import TrainerBase, clip_grad_norm, tagged
 from model.megatron import token_logprobs
 from model.megatron.entropy import token_entropy
+from model.megatron.indexer_slot import attach_indexer_slot, packed_picks
 from model.megatron.moe import MoE
 from model.megatron.optim import reduce_grads, sum_grads_without_ddp
 from model.megatron.parallel import tp_size
@@ -66,21 +68,36 @@ class MegatronTrainer(TrainerBase):
         self.progress.phase("ready")
 
     def _attach_route_slot(self) -> None:
-        """algorithm.routing_replay / routing_agreement: one RouteSlot on every MoE block."""
+        """algorithm.routing_replay / routing_agreement: one RouteSlot on every MoE block;
+        indexer_replay / indexer_agreement: one IndexerSlot on every full DSA indexer."""
         alg = self.cfg.algorithm
         self.route_slot, self.moes = None, [m for m in self.model.modules() if isinstance(m, MoE)]
         if alg.routing_replay or alg.routing_agreement:
             self.route_slot = attach_route_slot(self.model, replay=alg.routing_replay)
+        self.indexer_slot = None
+        if alg.indexer_replay or alg.indexer_agreement:
+            self.indexer_slot, self.indexed = attach_indexer_slot(self.model, replay=alg.indexer_replay)
 
     def _routes(self, shard: TrainShard, batch: PackedBatch, count: bool) -> AbstractContextManager:
-        if getattr(self, "route_slot", None) is None or shard.routes is None:
-            return super()._routes(shard, batch, count)
-        grid = packed_routes(shard.routes, batch.rows, shard.sequences, batch.ids_T.shape[0], len(self.moes),
-                             self.moes[0].topk)
-        return self.route_slot.active(rank_routes(grid), count)
+        stack = ExitStack()
+        if getattr(self, "route_slot", None) is not None and shard.routes is not None:
+            grid = packed_routes(shard.routes, batch.rows, shard.sequences, batch.ids_T.shape[0], len(self.moes),
+                                 self.moes[0].topk)
+            stack.enter_context(self.route_slot.active(rank_routes(grid), count))
+        if getattr(self, "indexer_slot", None) is not None and shard.indexer_topk is not None:
+            stack.enter_context(self.indexer_slot.active(*self._given_pools(shard, batch), count))
+        return stack
+
+    def _given_pools(self, shard: TrainShard, batch: PackedBatch):
+        """The engine's indexer pools over the micro-batch's whole packed stream (indexer_slot.py)."""
+        indexer = self.indexed[0].indexer
+        shape = (len(self.indexed), indexer.topk // indexer.kpool)
+        pools = [as_pools(shard.indexer_topk[r], (len(shard.sequences[r]) - 1, *shape), r) for r in batch.rows]
+        return packed_picks(pools, batch.ids_T.shape[0])
 
     def _route_counts(self) -> dict[str, float]:
-        return self.route_slot.counts() if getattr(self, "route_slot", None) is not None else {}
+        counts = self.route_slot.counts() if getattr(self, "route_slot", None) is not None else {}
+        return counts | (self.indexer_slot.counts() if getattr(self, "indexer_slot", None) is not None else {})
 
     def _micro_batches(self, shard: TrainShard) -> list[PackedBatch]:
         return pack_shard(shard.sequences, shard.prompt_lens, self.pad_id, self.cfg.trainer.max_tokens_per_microbatch,
