@@ -62,8 +62,10 @@ def plan_tables(plan) -> str:
         ("recommended nccl_timeout_s", t.recommended_nccl_timeout_s)]))
     if plan.routes.on:
         r = plan.routes
-        parts.append(_table("# MoE routes (routing replay / agreement)", [
-            ("bytes per token", f"{r.bytes_per_token:,} B (MoE layers x top-k x 2 B)"),
+        parts.append(_table("# MoE routes and indexer pools (routing / indexer replay, agreement)", [
+            ("bytes per token", f"{r.bytes_per_token:,} B: routes {r.route_bytes_per_token:,} B (MoE layers x top-k x "
+                                f"2 B), indexer pools {r.indexer_bytes_per_token:,} B (indexer layers x index_topk / "
+                                "index_kpool x 2 B)"),
             ("per step (max tokens)", f"{r.gib_per_step:,.3f} GiB for {r.tokens_per_step:,} tokens"),
             ("held at once", f"{r.steps_held} step(s): driver {r.driver_gib:,.3f} GiB, object store "
                              f"{r.object_store_gib:,.3f} GiB of ~{r.object_store_capacity_gib:,.1f} GiB")]))

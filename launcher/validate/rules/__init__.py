@@ -3,6 +3,7 @@ from launcher.validate.rules import (  # noqa: F401
     algorithm,
     data,
     data_preflight,
+    indexer_replay,
     inference,
     lora,
     memory,

@@ -2,6 +2,12 @@
 the model has routers to replay, and the engine and trainer backends support it."""
 from launcher.config.schema.choices import GpuArch, InferenceBackendName
 from launcher.validate.registry import error, rule, warning
+from launcher.validate.rules.indexer_replay import indexer_on
+
+
+def _carried_on(cfg) -> str | None:
+    """The key that turns on any array the engines return for replay (routes or indexer pools)."""
+    return _routes_on(cfg) or indexer_on(cfg)
 
 
 def _routes_on(cfg) -> str | None:
@@ -54,25 +60,28 @@ ROUTES_WARN_SHARE = 0.5
 
 @rule("ROUTE003")
 def routes_fit_the_object_store(cfg, plan):
-    """The routes held at once (plan.routes) fit Ray's object store and the driver's memory."""
+    """The routes and indexer pools held at once (plan.routes) fit Ray's object store and the
+    driver's memory."""
     r = plan.routes
     if not r.on:
         return
-    shown = (f"routes of {r.steps_held} step(s) of up to {r.tokens_per_step:,} tokens x {r.bytes_per_token} B: "
+    shown = (f"routes and indexer pools of {r.steps_held} step(s) of up to {r.tokens_per_step:,} tokens x "
+             f"{r.bytes_per_token} B: "
              f"{r.object_store_gib:,.2f} GiB in the object store (~{r.object_store_capacity_gib:,.1f} GiB), "
              f"{r.driver_gib:,.2f} GiB in the driver")
     fix = ("Lower algorithm.prompts_per_step, samples_per_prompt or max_response_len (or "
            "dynamic_sampling.max_regenerations / max_staleness), give the head node more memory "
-           "(cluster.host_memory_gib), or set algorithm.routing_replay / routing_agreement false.")
+           "(cluster.host_memory_gib), or set algorithm.routing_replay / routing_agreement / indexer_replay / "
+           "indexer_agreement false.")
+    key = _carried_on(cfg)
     if r.object_store_gib > r.object_store_capacity_gib or r.driver_gib > cfg.cluster.host_memory_gib / 2:
-        yield error("algorithm.routing_replay" if cfg.algorithm.routing_replay else "algorithm.routing_agreement",
-                    shown, "Each route array sits in Ray's object store twice (the engine's result and the trainer "
-                    "call's shard; by default 30% of a node's memory) and once in the driver: past that Ray "
-                    "spills to disk or the driver runs out of memory (slime #2384: host OOM spikes with R3).", fix)
+        yield error(key, shown, "Each route or pool array sits in Ray's object store twice (the engine's result "
+                    "and the trainer call's shard; by default 30% of a node's memory) and once in the driver: past "
+                    "that Ray spills to disk or the driver runs out of memory (slime #2384: host OOM spikes with R3).",
+                    fix)
     elif r.object_store_gib > ROUTES_WARN_SHARE * r.object_store_capacity_gib:
-        yield warning("algorithm.routing_replay" if cfg.algorithm.routing_replay else "algorithm.routing_agreement",
-                      shown, "Weight-sync buckets and the samples share the object store with the routes; above half "
-                      "of it Ray starts spilling objects to disk.", fix)
+        yield warning(key, shown, "Weight-sync buckets and the samples share the object store with the routes; "
+                      "above half of it Ray starts spilling objects to disk.", fix)
 
 
 @rule("ROUTE004")

@@ -30,3 +30,26 @@ def test_plan_prints_the_routes_only_when_on():
     assert "# MoE routes" in plan_tables(_plan("recipe=tiny_grpo", "algorithm.routing_replay=true"))
     assert "12 B (MoE layers x top-k x 2 B)" in plan_tables(_plan("recipe=tiny_grpo", "algorithm.routing_replay=true"))
     assert "# MoE routes" not in plan_tables(_plan("recipe=tiny_grpo"))
+
+
+def test_indexer_pools_per_token_add_to_the_routes():
+    both = _plan("recipe=dapo_sync", "algorithm.routing_replay=true", "algorithm.indexer_replay=true").routes
+    assert both.indexer_bytes_per_token == 11 * (2048 // 16) * 2  # DSA layers 3, 7, ..., 43 x 128 pools x uint16
+    assert both.bytes_per_token == 672 + 2816
+    assert both.gib_per_step == pytest.approx(both.tokens_per_step * 3488 / 1024**3)
+    alone = _plan("recipe=dapo_sync", "algorithm.indexer_agreement=true").routes
+    assert alone.on and alone.route_bytes_per_token == 0 and alone.bytes_per_token == 2816
+
+
+def test_a_shared_indexer_layer_carries_no_pools():
+    """tiny: one DSA layer (3) of index_topk 16 / kpool 4; made shared-after-full, the second adds nothing."""
+    assert _plan("recipe=tiny_grpo", "algorithm.indexer_replay=true").routes.indexer_bytes_per_token == 1 * 4 * 2
+    shared = _plan("recipe=tiny_grpo", "algorithm.indexer_replay=true",
+                   "model.arch.layer_types=[linear_attention,linear_attention,indexed_attention,indexed_attention]",
+                   "model.arch.indexer_types=[full,full,full,shared]").routes
+    assert shared.indexer_bytes_per_token == 8
+
+
+def test_plan_prints_the_indexer_pools():
+    text = plan_tables(_plan("recipe=tiny_grpo", "algorithm.indexer_replay=true"))
+    assert "indexer pools 8 B (indexer layers x index_topk / index_kpool x 2 B)" in text and "routes 0 B" in text
