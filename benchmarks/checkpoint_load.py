@@ -7,7 +7,7 @@ widths cut to the 4-layer slice (model/descriptors/glm5_3_flash_4layer.yaml: KDA
 KDA+MoE, DSA+MoE) with --experts routed experts and a --vocab-size vocabulary, in bf16.
 Then, per rank count and mesh, spawns that many gloo CPU ranks; each builds its shard of the
 Megatron model (torch.empty: untouched, so not yet resident) and times
-`load_checkpoint_folder` -- the trainer's path: compose with model.hf_path, ModelSpec, build,
+`load_model_folder` -- the trainer's path: compose with model.hf_path, ModelSpec, build,
 load. Per rank: shard bytes (this rank's parameters and buffers), wall and CPU seconds of the
 load, GB/s = shard bytes / wall s, and RSS growth over the post-build baseline, sampled from
 /proc/self/status every --sample-ms (RssAnon, RssFile: safetensors mmaps the shards, so
@@ -123,7 +123,7 @@ def _timed_load(model, folder: Path, sample_ms: float, profile: Path | None) -> 
     import resource
 
     from model.megatron import reader
-    from model.megatron.weights import load_checkpoint_folder
+    from model.megatron.weights import load_model_folder
 
     opens = []
     real_open = reader.SafetensorsFolder._open
@@ -138,10 +138,10 @@ def _timed_load(model, folder: Path, sample_ms: float, profile: Path | None) -> 
     if profile is not None:
         import cProfile
         prof = cProfile.Profile()
-        prof.runcall(load_checkpoint_folder, model, str(folder))
+        prof.runcall(load_model_folder, model, str(folder))
         prof.dump_stats(profile)
     else:
-        load_checkpoint_folder(model, str(folder))
+        load_model_folder(model, str(folder))
     wall_s, cpu1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
     sampler.stop.set()
     sampler.join()

@@ -21,9 +21,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
-from launcher.config.checkpoint_config import ARCH_FIELDS, NULL_MEANS_HF_DEFAULT, arch_values
 from launcher.config.compose_errors import translate, unknown_keys
 from launcher.config.files import store_all
+from launcher.config.model_folder import ARCH_FIELDS, NULL_MEANS_HF_DEFAULT, arch_values
 from launcher.config.schema import SCHEMA_NAME, LauncherConfig, register_schema
 from launcher.config.schema.ranges import range_findings
 from launcher.errors import ConfigError

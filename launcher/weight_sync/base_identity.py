@@ -1,4 +1,4 @@
-"""Which frozen base a checkpoint folder is: its path and a fingerprint of its tensor layout.
+"""Which frozen base a model folder (`model.hf_path`) is: its path and a fingerprint of its tensor layout.
 
 Megatron LoRA checkpoints record it (a resume on another base fails, megatron/checkpoint_identity.py);
 engines report the one they loaded, so the first adapter sync skips pushing a base they
@@ -11,7 +11,7 @@ from pathlib import Path
 
 def base_fingerprint(hf_path: str) -> str:
     """sha256 of model.safetensors.index.json (names, files, offsets of every weight); for a
-    single-file checkpoint without an index, of each *.safetensors header instead."""
+    single-file folder without an index, of each *.safetensors header instead."""
     folder = Path(hf_path)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
@@ -26,8 +26,8 @@ def base_fingerprint(hf_path: str) -> str:
     return hashlib.sha256(b"\0".join(headers)).hexdigest()
 
 
-def checkpoint_base(hf_path: str | None) -> dict | None:
-    """{"hf_path", "sha256"} of the checkpoint folder `hf_path`; None for a random init."""
+def folder_base(hf_path: str | None) -> dict | None:
+    """{"hf_path", "sha256"} of the model folder `hf_path`; None for a random init."""
     if not hf_path:
         return None
     return {"hf_path": str(hf_path), "sha256": base_fingerprint(hf_path)}

@@ -7,7 +7,7 @@ asynchronous one left queued (`check_pending`) and whether the engines already s
 frozen base an adapter sits on (`engines_hold_base`).
 """
 from launcher.plan.sync import BUCKET_BYTES, SyncKind
-from launcher.weight_sync.base_identity import checkpoint_base
+from launcher.weight_sync.base_identity import folder_base
 from launcher.weight_sync.messages import SyncStats
 from launcher.weight_sync.transports import transport_for
 
@@ -22,13 +22,13 @@ def sync_weights(trainers, engines, version: int, with_base: bool, wait: bool,
 
 def engines_hold_base(engines, kind: SyncKind, hf_path: str | None) -> bool:
     """Adapter sync (`kind`, the plan's plan.sync.kind): whether every engine already serves
-    the frozen base the trainer adapts, the checkpoint `hf_path` (model.hf_path: same folder,
+    the frozen base the trainer adapts, the model folder `hf_path` (model.hf_path: same folder,
     same sha256 of its index) it loaded at start; then a sync asked to send the base (the
     first one) sends only the adapter. A random init (no hf_path) has no such base, and an
     engine that dropped its weights (sleep level 2) reports none."""
     if kind is not SyncKind.adapter or not hf_path:
         return False
-    expected = checkpoint_base(hf_path)
+    expected = folder_base(hf_path)
     return all(loaded == expected for loaded in engines.call("loaded_base"))
 
 

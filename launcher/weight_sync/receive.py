@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from launcher.weight_sync.base_identity import checkpoint_base
+from launcher.weight_sync.base_identity import folder_base
 from launcher.weight_sync.messages import WeightBucket, WeightUpdate
 from launcher.weight_sync.transports import transport_for
 from launcher.weight_sync.transports.base import BucketTransport, Received
@@ -33,16 +33,16 @@ class ServedWeights:
     def __init__(self, hf_path: str | None):
         self.version = 0
         """Policy version of the weights served; each generation reports it."""
-        self.checkpoint = checkpoint_base(hf_path)
+        self.folder = folder_base(hf_path)
         """The folder the weights were loaded from ({"hf_path", "sha256"}); None: random init."""
         self.has_weights = True
         """False after a level-2 sleep until weights (full, merged or an adapter's base) arrive."""
 
     def loaded_base(self) -> dict | None:
-        """The checkpoint whose weights the engine serves now ({"hf_path", "sha256"},
-        base_identity.checkpoint_base), None for a random init or after a level-2 sleep: the
+        """The model folder whose weights the engine serves now ({"hf_path", "sha256"},
+        base_identity.folder_base), None for a random init or after a level-2 sleep: the
         driver then skips pushing the same frozen base (pump.engines_hold_base)."""
-        return self.checkpoint if self.has_weights else None
+        return self.folder if self.has_weights else None
 
 
 class WeightReceiver(ABC):

@@ -110,7 +110,7 @@ def load_weights(model: torch.nn.Module, source, on_progress=None) -> None:
         source.close()
 
 
-def load_checkpoint_folder(model: torch.nn.Module, folder: str, on_progress=None) -> None:
+def load_model_folder(model: torch.nn.Module, folder: str, on_progress=None) -> None:
     load_weights(model, SafetensorsFolder(folder), on_progress)
 
 

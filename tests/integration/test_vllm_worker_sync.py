@@ -41,11 +41,11 @@ def engine_and_config(tiny_qwen3_checkpoint):
 
 def test_engine_reports_its_checkpoint_so_the_first_sync_skips_the_base(engine_and_config, tiny_qwen3_checkpoint):
     from launcher.plan import make_plan
-    from launcher.weight_sync.base_identity import checkpoint_base
+    from launcher.weight_sync.base_identity import folder_base
     from launcher.weight_sync.push import engines_hold_base
 
     engine, cfg = engine_and_config
-    assert engine.loaded_base() == checkpoint_base(str(tiny_qwen3_checkpoint))
+    assert engine.loaded_base() == folder_base(str(tiny_qwen3_checkpoint))
     assert engines_hold_base(_Engines(engine), make_plan(cfg).sync.kind, cfg.model.hf_path)
 
 

@@ -96,19 +96,20 @@ class ModelConfig:
     name: str = "tiny"
     """Descriptor name (model/descriptors/*.yaml it came from); informational."""
     hf_path: Optional[str] = None
-    """Local HF checkpoint folder (config.json + safetensors); null = random init from `arch`. When set,
-    its config.json is the architecture: composition copies it into `arch`, and an `arch` value that
-    disagrees with it is an error (MODEL006)."""
+    """Local HF model folder (config.json + safetensors; not a training checkpoint, which is
+    `checkpoint.*` and run.resume); null = random init from `arch`. When set, its config.json
+    is the architecture: composition copies it into `arch`, and an `arch` value that disagrees
+    with it is an error (MODEL006)."""
     tokenizer_path: Optional[str] = None
     """HF tokenizer folder (tokenizer.json or tokenizer_config.json; its generation_config.json,
     when present, lists the ids that end a response); null = model.hf_path's tokenizer, or with
-    no checkpoint the built-in character tokenizer. A relative path is looked up as data.train_path's
+    no model folder the built-in character tokenizer. A relative path is looked up as data.train_path's
     is (the current folder, each LAUNCHER_CONFIG_ROOTS folder, the launcher's shipped data). Lets a
     random-init model read chat-templated prompts (the default recipe: data/tiny_tokenizer); its
     vocabulary must fit model.arch.vocab_size."""
     arch: ArchConfig = field(default_factory=ArchConfig)
     """Architecture fields (HF config names); every model fact a rule needs comes from here. With
-    hf_path set they are the checkpoint's, and a descriptor may leave `arch` out."""
+    hf_path set they are the model folder's, and a descriptor may leave `arch` out."""
     language_model_only: bool = True
     """Train only the language model; the vision tower is never trained (must stay true)."""
     dtype: DType = DType.bfloat16
@@ -117,4 +118,4 @@ class ModelConfig:
     # Not a config key (a ClassVar: neither Hydra nor --help sees it); compose sets it per instance.
     declared_arch: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     """With hf_path set: the `arch` fields the descriptor, recipe and command line set, with their
-    values from before the checkpoint's config.json replaced them (what MODEL006 compares)."""
+    values from before the model folder's config.json replaced them (what MODEL006 compares)."""

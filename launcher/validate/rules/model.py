@@ -1,10 +1,10 @@
 """Model-level rules: trainable parts, HF constraints, the checkpoint folder and its config."""
 from pathlib import Path
 
-from launcher.config.checkpoint_config import (
+from launcher.config.model_folder import (
     CONFIG_FILE,
     INDEX_FILE,
-    CheckpointFileError,
+    ModelFolderError,
     field_type,
     read_arch,
     trainer_builds,
@@ -57,7 +57,7 @@ def _ckpt_error(message: str, why: str = "The trainer loads the architecture and
 def _config_problems(path: str, backend: str):
     try:
         ckpt = read_arch(path)
-    except CheckpointFileError as err:
+    except ModelFolderError as err:
         yield _ckpt_error(f"{err.path} {err.problem}", "With model.hf_path set, the checkpoint's config.json is the "
                           "architecture: nothing can be planned or built without it.",
                           f"Restore {err.path.name} (save_pretrained writes it), or set model.hf_path=null for "
@@ -130,7 +130,7 @@ def arch_matches_checkpoint(cfg, plan):
         return
     try:
         ckpt = read_arch(m.hf_path)
-    except CheckpointFileError:
+    except ModelFolderError:
         return  # MODEL003 names the file; nothing was taken from it
     implied = {name: f" (config.json has no {name}: {ckpt.model_type} has none)" for name in ckpt.implied}
     listed = "; ".join(f"{name}: descriptor {mine!r} vs checkpoint {theirs!r}{implied.get(name, '')}"

@@ -8,7 +8,7 @@ import json
 import struct
 from pathlib import Path
 
-from launcher.config.checkpoint_config import INDEX_FILE, SINGLE_FILE, load_json, weight_problems
+from launcher.config.model_folder import INDEX_FILE, SINGLE_FILE, load_json, weight_problems
 from launcher.plan.shapes import checkpoint_shapes
 from launcher.validate.registry import error, rule
 

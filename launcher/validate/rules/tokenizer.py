@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.config.checkpoint_config import CheckpointFileError, load_json
+from launcher.config.model_folder import ModelFolderError, load_json
 from launcher.rl.tokenizer import tokenizer_folder
 from launcher.validate.registry import error, rule
 
@@ -51,7 +51,7 @@ def _found(cfg) -> tuple[str, Path, TokenTable] | None:
         return None
     try:
         return found[0], found[1], token_table(found[1] / TOKENIZER_FILE)
-    except (CheckpointFileError, AttributeError, KeyError, TypeError):
+    except (ModelFolderError, AttributeError, KeyError, TypeError):
         return None
 
 
@@ -85,7 +85,7 @@ def _generation_eos(folder: Path) -> tuple[Path, list] | None:
         return None
     try:
         value = load_json(file).get("eos_token_id")
-    except (CheckpointFileError, AttributeError):
+    except (ModelFolderError, AttributeError):
         return None
     return file, [] if value is None else value if isinstance(value, list) else [value]
 
@@ -94,7 +94,7 @@ def _own_eos(folder: Path, tokens: TokenTable) -> int | None:
     """The id of tokenizer_config.json's eos_token, when the tokenizer has that token."""
     try:
         eos = load_json(folder / TOKENIZER_CONFIG).get("eos_token") if (folder / TOKENIZER_CONFIG).is_file() else None
-    except (CheckpointFileError, AttributeError):
+    except (ModelFolderError, AttributeError):
         return None
     text = eos.get("content") if isinstance(eos, dict) else eos
     return tokens.id_of.get(text) if isinstance(text, str) else None

@@ -11,11 +11,11 @@ from model.megatron.init import init_adapters, init_weights
 from model.megatron.lora import apply_lora
 from model.megatron.optim import wrap_for_training
 from model.megatron.spec import ModelSpec
-from model.megatron.weights import load_checkpoint_folder
+from model.megatron.weights import load_model_folder
 
 
 def build_rank_model(config, plan, device: torch.device, pad_id: int, progress: Progress | None = None):
-    """This rank's model with weights (checkpoint or HF-rule random init, both straight on
+    """This rank's model with weights (the model folder's or HF-rule random init, both straight on
     `device`) and LoRA if asked. `plan` gives the mesh (etp resolved there) and the LoRA
     ranks; `progress` gets the start-up phases."""
     progress, mesh = progress or Progress(None, ""), plan.mesh
@@ -29,7 +29,7 @@ def build_rank_model(config, plan, device: torch.device, pad_id: int, progress: 
     modules = frozenset(config.trainer.recompute.modules) if granularity == "selective" else frozenset()
     model = build_model(spec, device, recompute_layers=granularity == "full", recompute_modules=modules)
     if config.model.hf_path:
-        load_checkpoint_folder(model, config.model.hf_path, progress.bytes_reporter("reading checkpoint"))
+        load_model_folder(model, config.model.hf_path, progress.bytes_reporter("reading checkpoint"))
     else:
         progress.phase(f"random init on {device.type}")
         init_weights(model, config.run.seed)

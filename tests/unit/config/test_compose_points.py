@@ -8,7 +8,7 @@ from launcher.config.compose import compose
 from launcher.config.compose_points import PointComposer
 from launcher.errors import ConfigError
 from launcher.validate import plan_and_check
-from tests.unit.config.test_checkpoint_config import glm_config, write_checkpoint
+from tests.unit.config.test_model_folder import glm_config, write_model_folder
 
 SWEEP = ["recipe=dapo_sync,tiny_grpo", "cluster=b300x2,h200x2", "trainer.mesh.tp=2,abc,0"]
 """12 points on 4 sets of group choices: legal and illegal meshes, a wrong type and an out-of-range value."""
@@ -68,7 +68,7 @@ def test_hydra_composes_once_per_set_of_group_choices():
 
 @pytest.mark.slow
 def test_checkpoint_arch_and_declared_values_equal_a_full_compose(tmp_path):
-    folder = write_checkpoint(tmp_path / "ckpt", glm_config())
+    folder = write_model_folder(tmp_path / "ckpt", glm_config())
     composer = PointComposer()
     for point in (["recipe=tiny_grpo", f"model.hf_path={folder}"],
                   ["recipe=tiny_grpo", f"model.hf_path={folder}", "model.arch.hidden_size=128"]):

@@ -106,12 +106,12 @@ def test_streamed_sync_names_are_the_save_pretrained_key_set(tiny_glm_checkpoint
     from launcher.workers.hf.model import build_model as build_hf
     from launcher.workers.hf.model import checkpoint_state
     from model.megatron.build import build_model
-    from model.megatron.weights import hf_stream, load_checkpoint_folder
+    from model.megatron.weights import hf_stream, load_model_folder
 
     init_world_of_one()
     want = _language_tensors(tiny_glm_checkpoint)
     meg = build_model(_model_spec(tiny_glm_checkpoint), "cpu")
-    load_checkpoint_folder(meg, str(tiny_glm_checkpoint))
+    load_model_folder(meg, str(tiny_glm_checkpoint))
     names = [n for n, _ in hf_stream(meg)]
     assert len(names) == len(set(names)) and set(names) == set(want)
     cfg = compose(["model=tiny", f"model.hf_path={tiny_glm_checkpoint}"]).config
@@ -131,10 +131,10 @@ def _index(folder: Path) -> dict:
 
 def _load(folder: Path):
     from model.megatron.build import build_model
-    from model.megatron.weights import load_checkpoint_folder
+    from model.megatron.weights import load_model_folder
 
     init_world_of_one()
-    load_checkpoint_folder(build_model(_model_spec(folder), "cpu"), str(folder))
+    load_model_folder(build_model(_model_spec(folder), "cpu"), str(folder))
 
 
 def _rewrite_tensor(folder: Path, name: str, tensor) -> str:

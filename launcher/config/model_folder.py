@@ -1,6 +1,8 @@
-"""A HF checkpoint folder read as plain JSON: its architecture and whether its weight files are there.
+"""The HF model folder (`model.hf_path`) read as plain JSON: its architecture and whether its
+weight files are there. ("Model folder": the weights the run starts from; "checkpoint" in this
+project is the training checkpoint, the run state a resume reads: launcher/driver/checkpoint.py.)
 
-With `model.hf_path` set, the checkpoint's config.json is the architecture (docs/design.md,
+With `model.hf_path` set, the folder's config.json is the architecture (docs/design.md,
 "Checkpoints and formats"): compose copies every field `ArchConfig` knows from it into
 `model.arch` (arch_values), MODEL003 names each file the trainer could not load
 (config_problems, weight_problems) and MODEL006 each `model.arch` value that disagrees.
@@ -48,8 +50,8 @@ _HINTS = typing.get_type_hints(ArchConfig)
 ARCH_FIELDS = tuple(f.name for f in dataclasses.fields(ArchConfig))
 
 
-class CheckpointFileError(Exception):
-    """A checkpoint file that is missing or unreadable; `path` names it."""
+class ModelFolderError(Exception):
+    """A model folder file that is missing or unreadable; `path` names it."""
 
     def __init__(self, path: Path, problem: str):
         super().__init__(f"{path} {problem}")
@@ -65,7 +67,7 @@ class CheckpointArch:
     model_type: Any
     """config.json's top-level model_type, as written (may be missing or not a string)."""
     values: dict[str, Any]
-    """ArchConfig field -> the checkpoint's value (only values that fit the field's type)."""
+    """ArchConfig field -> the folder's value (only values that fit the field's type)."""
     implied: frozenset[str]
     """Fields in `values` that config.json leaves out because the model type has no such feature."""
     wrong_type: dict[str, Any]
@@ -85,15 +87,15 @@ def _stamp(path: Path) -> tuple | None:
 @functools.lru_cache(maxsize=64)
 def _load_json(path: Path, stamp: tuple | None) -> Any:
     """Parsed JSON of one file, memoised per (path, mtime, size): mesh search checks thousands of
-    points of one checkpoint, and a large model's weight index is megabytes."""
+    points of one model folder, and a large model's weight index is megabytes."""
     if stamp is None or not path.is_file():
-        raise CheckpointFileError(path, "does not exist")
+        raise ModelFolderError(path, "does not exist")
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise CheckpointFileError(path, f"is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        raise ModelFolderError(path, f"is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointFileError(path, f"cannot be read: {exc}") from None
+        raise ModelFolderError(path, f"cannot be read: {exc}") from None
 
 
 def load_json(path: Path) -> Any:
@@ -121,17 +123,17 @@ def field_type(field: str) -> str:
 
 
 def read_arch(folder: str | Path) -> CheckpointArch:
-    """The checkpoint's architecture; raises CheckpointFileError for a missing or malformed config.json."""
+    """The model folder's architecture; raises ModelFolderError for a missing or malformed config.json."""
     config_file = Path(folder) / CONFIG_FILE
     raw = load_json(config_file)
     if not isinstance(raw, dict):
-        raise CheckpointFileError(config_file, f"holds a JSON {type(raw).__name__}, not an object of config fields")
+        raise ModelFolderError(config_file, f"holds a JSON {type(raw).__name__}, not an object of config fields")
     model_type = raw.get("model_type")
     text, section = raw, ""
     if model_type == GLM5_NEXT and "text_config" in raw:
         text, section = raw["text_config"], "text_config"
         if not isinstance(text, dict):
-            raise CheckpointFileError(config_file, f"has text_config of type {type(text).__name__}, not an object")
+            raise ModelFolderError(config_file, f"has text_config of type {type(text).__name__}, not an object")
     values: dict[str, Any] = {}
     wrong: dict[str, Any] = {}
     for name in ARCH_FIELDS:
@@ -154,10 +156,10 @@ def read_arch(folder: str | Path) -> CheckpointArch:
 
 
 def arch_values(folder: str | Path) -> dict[str, Any] | None:
-    """ArchConfig field -> the checkpoint's value; None when config.json cannot be read (MODEL003 says why)."""
+    """ArchConfig field -> the folder's value; None when config.json cannot be read (MODEL003 says why)."""
     try:
         return read_arch(folder).values
-    except CheckpointFileError:
+    except ModelFolderError:
         return None
 
 
@@ -173,7 +175,7 @@ def _transformers_models_dir() -> Path | None:
 
 
 def trainer_builds(backend: str, model_type: Any) -> bool:
-    """Whether trainer.backend `backend` can build a checkpoint of `model_type`."""
+    """Whether trainer.backend `backend` can build a model folder of `model_type`."""
     if not isinstance(model_type, str) or not model_type:
         return False
     if backend == "megatron":
@@ -194,7 +196,7 @@ def weight_problems(folder: str | Path) -> list[tuple[Path, str]]:
         return [(index_file, f"does not exist (nor does a single {SINGLE_FILE})")]
     try:
         index = load_json(index_file)
-    except CheckpointFileError as err:
+    except ModelFolderError as err:
         return [(err.path, err.problem)]
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.config.checkpoint_config import read_arch, weight_problems
 from launcher.config.compose import compose
+from launcher.config.model_folder import read_arch, weight_problems
 from launcher.config.schema.model import ArchConfig
 from launcher.plan import make_plan
 from launcher.plan.params import count_params
@@ -48,7 +48,7 @@ def qwen3_config(**overrides) -> dict:
     return {**config, **overrides}
 
 
-def write_checkpoint(folder: Path, config: dict | str | None) -> Path:
+def write_model_folder(folder: Path, config: dict | str | None) -> Path:
     """config.json (a dict, raw text, or None for none), an index naming two shards, and the shards."""
     folder.mkdir(parents=True, exist_ok=True)
     if config is not None:
@@ -83,14 +83,14 @@ def of(findings, rule_id: str) -> list:
 # --------------------------------------------------------------------------- reading config.json
 
 def test_glm5_next_fields_come_from_text_config(tmp_path):
-    ckpt = read_arch(write_checkpoint(tmp_path, glm_config(hidden_size=96)))
+    ckpt = read_arch(write_model_folder(tmp_path, glm_config(hidden_size=96)))
     assert ckpt.section == "text_config" and ckpt.model_type == "glm5_next"
     assert ckpt.values["hidden_size"] == 96 and ckpt.values["model_type"] == "glm5_next"  # not glm5_next_text
     assert ckpt.implied == frozenset() and ckpt.wrong_type == {}
 
 
 def test_qwen3_fields_come_from_the_top_level_and_glm_features_are_off(tmp_path):
-    ckpt = read_arch(write_checkpoint(tmp_path, qwen3_config()))
+    ckpt = read_arch(write_model_folder(tmp_path, qwen3_config()))
     assert ckpt.section == "" and ckpt.values["head_dim"] == 64
     assert {k: ckpt.values[k] for k in ("n_routed_experts", "hc_mult", "swiglu_limit")} == {
         "n_routed_experts": 0, "hc_mult": 1, "swiglu_limit": None}
@@ -101,7 +101,7 @@ def test_qwen3_fields_come_from_the_top_level_and_glm_features_are_off(tmp_path)
 
 @pytest.mark.slow
 def test_compose_takes_every_arch_field_from_config_json(tmp_path, bare_descriptor):
-    folder = write_checkpoint(tmp_path / "ckpt", glm_config(intermediate_size=96, moe_intermediate_size=16))
+    folder = write_model_folder(tmp_path / "ckpt", glm_config(intermediate_size=96, moe_intermediate_size=16))
     composed, plan, findings = validate("recipe=tiny_grpo", bare_descriptor, f"model.hf_path={folder}")
     arch = composed.config.model.arch
     assert (arch.hidden_size, arch.intermediate_size, arch.moe_intermediate_size) == (64, 96, 16)
@@ -117,7 +117,7 @@ def test_compose_takes_every_arch_field_from_config_json(tmp_path, bare_descript
 @pytest.mark.slow
 def test_unset_arch_fields_are_no_disagreement(tmp_path, bare_descriptor):
     """The bare descriptor leaves every field at the schema default (hidden_size 4096): none counts."""
-    folder = write_checkpoint(tmp_path / "ckpt", glm_config())
+    folder = write_model_folder(tmp_path / "ckpt", glm_config())
     composed, _, findings = validate("recipe=tiny_grpo", bare_descriptor, f"model.hf_path={folder}")
     assert composed.config.model.declared_arch == {}
     assert of(findings, "MODEL006") == []
@@ -125,7 +125,7 @@ def test_unset_arch_fields_are_no_disagreement(tmp_path, bare_descriptor):
 
 @pytest.mark.slow
 def test_declared_values_equal_to_the_checkpoint_pass(tmp_path):
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     composed, _, findings = validate("recipe=tiny_grpo", f"model.hf_path={folder}")
     assert composed.config.model.declared_arch["hidden_size"] == 64
     assert of(findings, "MODEL006") == [] and of(findings, "MODEL003") == []
@@ -134,7 +134,7 @@ def test_declared_values_equal_to_the_checkpoint_pass(tmp_path):
 @pytest.mark.slow
 def test_null_schedule_claims_nothing(tmp_path):
     """layer_types=null means HF's default schedule: not a disagreement with the listed one."""
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     composed, _, findings = validate("recipe=tiny_grpo", f"model.hf_path={folder}", "model.arch.layer_types=null")
     assert of(findings, "MODEL006") == []
     assert composed.config.model.arch.layer_types == descriptor_arch("tiny")["layer_types"]
@@ -142,7 +142,7 @@ def test_null_schedule_claims_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_override_that_disagrees_is_model006_naming_both_values(tmp_path):
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     composed, _, findings = validate("recipe=tiny_grpo", f"model.hf_path={folder}", "model.arch.hidden_size=128")
     (f,) = of(findings, "MODEL006")
     assert (f.severity, f.key) == ("error", "model.arch.hidden_size")
@@ -153,7 +153,7 @@ def test_override_that_disagrees_is_model006_naming_both_values(tmp_path):
 
 @pytest.mark.slow
 def test_every_differing_field_is_listed(tmp_path):
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     _, _, findings = validate("recipe=tiny_grpo", f"model.hf_path={folder}", "model.arch.hidden_size=128",
                               "model.arch.index_kpool=8")
     (f,) = of(findings, "MODEL006")
@@ -163,7 +163,7 @@ def test_every_differing_field_is_listed(tmp_path):
 
 @pytest.mark.slow
 def test_glm_descriptor_against_a_qwen3_checkpoint_names_the_missing_features(tmp_path):
-    folder = write_checkpoint(tmp_path, qwen3_config())
+    folder = write_model_folder(tmp_path, qwen3_config())
     composed, _, findings = validate("recipe=tiny_grpo", f"model.hf_path={folder}")
     (f,) = of(findings, "MODEL006")
     assert "model_type: descriptor 'glm5_next' vs checkpoint 'qwen3'" in f.message
@@ -174,7 +174,7 @@ def test_glm_descriptor_against_a_qwen3_checkpoint_names_the_missing_features(tm
 
 @pytest.mark.slow
 def test_qwen3_descriptor_with_its_checkpoint_passes(tmp_path):
-    folder = write_checkpoint(tmp_path, qwen3_config())
+    folder = write_model_folder(tmp_path, qwen3_config())
     _, _, findings = validate("recipe=tiny_qwen3_vllm", f"model.hf_path={folder}")
     assert of(findings, "MODEL006") == [] and of(findings, "MODEL003") == []
 
@@ -192,37 +192,37 @@ def test_missing_folder_names_it(tmp_path):
 
 @pytest.mark.slow
 def test_missing_config_json_names_the_file(tmp_path):
-    (f,) = model003(write_checkpoint(tmp_path, None))
+    (f,) = model003(write_model_folder(tmp_path, None))
     assert f"{tmp_path / 'config.json'} does not exist" in f.message and f.severity == "error"
 
 
 def test_bad_json_names_the_file_and_line(tmp_path):
-    (f,) = model003(write_checkpoint(tmp_path, '{"model_type": "glm5_next",\n  "text_config": {'))
+    (f,) = model003(write_model_folder(tmp_path, '{"model_type": "glm5_next",\n  "text_config": {'))
     assert str(tmp_path / "config.json") in f.message and "is not valid JSON" in f.message and "line 2" in f.message
 
 
 @pytest.mark.slow
 def test_unknown_model_type_names_the_file(tmp_path):
-    (f,) = model003(write_checkpoint(tmp_path, qwen3_config(model_type="no_such_model")))
+    (f,) = model003(write_model_folder(tmp_path, qwen3_config(model_type="no_such_model")))
     assert str(tmp_path / "config.json") in f.message and "model_type='no_such_model'" in f.message
 
 
 @pytest.mark.slow
 def test_megatron_builds_only_glm5_next(tmp_path):
-    folder = write_checkpoint(tmp_path, qwen3_config())
+    folder = write_model_folder(tmp_path, qwen3_config())
     (f,) = model003(folder, "trainer.backend=megatron")
     assert "model_type='qwen3'" in f.message and "trainer.backend=megatron" in f.message
     assert model003(folder) == []  # the hf trainer builds qwen3
 
 
 def test_wrongly_typed_field_names_file_and_field(tmp_path):
-    (f,) = model003(write_checkpoint(tmp_path, glm_config(hidden_size="wide")))
+    (f,) = model003(write_model_folder(tmp_path, glm_config(hidden_size="wide")))
     assert "text_config.hidden_size='wide', not int" in f.message and str(tmp_path / "config.json") in f.message
 
 
 @pytest.mark.slow
 def test_missing_index_names_it(tmp_path):
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     (folder / "model.safetensors.index.json").unlink()
     (f,) = model003(folder)
     assert str(folder / "model.safetensors.index.json") in f.message and "model.safetensors" in f.message
@@ -230,7 +230,7 @@ def test_missing_index_names_it(tmp_path):
 
 @pytest.mark.slow
 def test_single_safetensors_file_needs_no_index(tmp_path):
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     (folder / "model.safetensors.index.json").unlink()
     (folder / "model.safetensors").write_bytes(b"")
     assert model003(folder) == []
@@ -238,7 +238,7 @@ def test_single_safetensors_file_needs_no_index(tmp_path):
 
 @pytest.mark.slow
 def test_index_naming_an_absent_shard_names_the_shard(tmp_path):
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     (folder / SHARDS[1]).unlink()
     (f,) = model003(folder)
     assert str(folder / "model.safetensors.index.json") in f.message and SHARDS[1] in f.message
@@ -247,7 +247,7 @@ def test_index_naming_an_absent_shard_names_the_shard(tmp_path):
 
 @pytest.mark.slow
 def test_unreadable_index_names_it(tmp_path):
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     (folder / "model.safetensors.index.json").write_text("{not json")
     assert weight_problems(folder)[0][0] == folder / "model.safetensors.index.json"
     (f,) = model003(folder)
@@ -274,7 +274,7 @@ DAMAGE = {"no_config": "config.json", "bad_json": "config.json", "unknown_type":
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(DAMAGE))
 def test_validate_json_exits_1_naming_the_file(cli, tmp_path, kind):
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     _damage(kind, folder)
     out = cli("validate", "recipe=tiny_grpo", f"model.hf_path={folder}", "--format", "json")
     assert out.returncode == 1, out.stdout + out.stderr
@@ -286,7 +286,7 @@ def test_validate_json_exits_1_naming_the_file(cli, tmp_path, kind):
 @pytest.mark.slow
 def test_checking_a_checkpoint_imports_no_heavy_stack(tmp_path):
     """validate/ and the config reader stay torch-free (the house rule: validation < 1 s anywhere)."""
-    folder = write_checkpoint(tmp_path, glm_config())
+    folder = write_model_folder(tmp_path, glm_config())
     code = ("import sys\nfrom launcher.config.compose import compose\nfrom launcher.plan import make_plan\n"
             "from launcher.validate import check\n"
             f"c = compose(['recipe=tiny_grpo', 'model.hf_path={folder}'])\ncheck(c.config, make_plan(c.config))\n"
