@@ -166,6 +166,6 @@ def export(checkpoint: str, out: str, adapter: bool, extra: list[str]) -> int:
         staging.rename(out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    what = "PEFT adapter" if adapter else "model (LoRA merged)" if composed.config.trainer.lora.rank else "model"
+    what = "PEFT adapter" if adapter else "model (LoRA merged)" if plan.lora.enabled else "model"
     sys.stdout.write(f"exported {what}: {count} tensors from {checkpoint_dir} to {out_dir}\n")
     return ExitCode.OK

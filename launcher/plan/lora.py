@@ -46,6 +46,9 @@ def peft_kwargs(lora_cfg) -> dict:
 
 @dataclass
 class LoraPlan:
+    enabled: bool
+    """LoRA is on (trainer.lora.rank > 0); off is full fine-tuning. The one place it is asked:
+    everything after the plan reads this."""
     rank: int
     expert_rank: int
     """Each routed expert's adapter rank: trainer.lora.rank, divided by top-k with
@@ -78,7 +81,7 @@ def _mlp_adapter(rank: int, h: int, inter: int, targets: list[str]) -> int:
 def plan_lora(cfg: LauncherConfig, tp: int, expert_shards: int, f: ArchFacts) -> LoraPlan:
     lora, a = cfg.trainer.lora, cfg.model.arch
     if lora.rank <= 0:
-        return LoraPlan(rank=0, expert_rank=0, params_total=0, params_per_gpu=0)
+        return LoraPlan(enabled=False, rank=0, expert_rank=0, params_total=0, params_per_gpu=0)
     widths = _attention_widths(cfg)
     topk = max(a.num_experts_per_tok, 1)
     expert_rank = lora.rank // topk if lora.normalize_moe_lora else lora.rank  # LORA001: a whole number >= 1
@@ -96,4 +99,5 @@ def plan_lora(cfg: LauncherConfig, tp: int, expert_shards: int, f: ArchFacts) ->
     routed = one if lora.share_expert_adapters else one * a.n_routed_experts
     total += dense + (shared + routed) * f.n_moe
     per_gpu += dense / tp + (shared / tp + (routed if lora.share_expert_adapters else routed / expert_shards)) * f.n_moe
-    return LoraPlan(rank=lora.rank, expert_rank=expert_rank, params_total=int(total), params_per_gpu=int(per_gpu))
+    return LoraPlan(enabled=True, rank=lora.rank, expert_rank=expert_rank, params_total=int(total),
+                    params_per_gpu=int(per_gpu))

@@ -81,7 +81,7 @@ def sync_temporaries_gib(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> f
     dtype_bytes = DTYPE_BYTES[cfg.model.dtype.value]
     expert_bytes = a.moe_intermediate_size * a.hidden_size * dtype_bytes  # one of gate, up, down
     total, targets = 0.0, set(cfg.trainer.lora.targets)
-    if cfg.trainer.lora.rank > 0 and sync_kind(cfg) is SyncKind.merged and targets & {"linear_fc1", "linear_fc2"}:
+    if sync_kind(cfg) is SyncKind.merged and targets & {"linear_fc1", "linear_fc2"}:
         widest = 2 if "linear_fc1" in targets else 1  # fc1 holds gate and up
         stacked = mesh.ep > 1 or mesh.etp > 1  # the stack is gathered whole across ranks
         total += (mesh.experts_per_gpu / mesh.etp if stacked else 1) * widest * expert_bytes

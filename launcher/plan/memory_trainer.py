@@ -109,7 +109,7 @@ def trainer_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lor
     dp_shards = (mesh.dp or 1) * mesh.cp
     edp = mesh.edp or 1
     offload = cfg.trainer.optimizer.cpu_offload
-    if lora.rank > 0:
+    if lora.enabled:
         grads = optimizer = 0.0
         lora_bytes = lora.params_per_gpu * (6 + (0 if offload else 12 / dp_shards))
         opt_host = lora.params_per_gpu * 12 / dp_shards if offload else 0.0

@@ -46,7 +46,7 @@ def estimate_step(cfg, plan) -> StepEstimate:
     moe_bytes = (tokens_per_rank / m.tp) * plan.arch.n_moe * a.num_experts_per_tok * a.hidden_size * BF16 * 4
     moe_comm = moe_bytes * (m.ep - 1) / m.ep / _link_bytes_per_s(cfg, m.ep * m.etp * m.tp)
     moe_comm += moe_bytes * (m.etp - 1) / m.etp / _link_bytes_per_s(cfg, m.etp)
-    trainable = plan.lora.params_per_gpu if plan.lora.rank else plan.memory.trainer.weights_gib * 2**30 / BF16
+    trainable = plan.lora.params_per_gpu if plan.lora.enabled else plan.memory.trainer.weights_gib * 2**30 / BF16
     dp_bytes = 2 * trainable * FP32 * max(b.mini_batches_per_step or 1, 1) * ((m.dp or 1) - 1) / (m.dp or 1)
     dp_comm = dp_bytes / _link_bytes_per_s(cfg, m.trainer_gpus)
     gen, sync = plan.timing.generation_s, plan.sync.seconds

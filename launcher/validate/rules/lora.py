@@ -15,7 +15,7 @@ def _adapter_sync(plan) -> bool:
 def rank_divides_topk(cfg, plan):
     """rank % top-k == 0 with normalize_moe_lora."""
     lora, k = cfg.trainer.lora, cfg.model.arch.num_experts_per_tok
-    if lora.rank > 0 and lora.normalize_moe_lora and plan.arch.has_moe and lora.rank % k:
+    if plan.lora.enabled and lora.normalize_moe_lora and plan.arch.has_moe and lora.rank % k:
         yield error("trainer.lora.rank",
                     f"trainer.lora.rank={lora.rank} is not divisible by top-k model.arch.num_experts_per_tok={k}",
                     "normalize_moe_lora gives each routed expert rank / top-k; it must be a whole number.",
@@ -46,7 +46,7 @@ def experts_in_vllm_targets(cfg, plan):
 @rule("LORA004")
 def untargetable(cfg, plan):
     """f_b_proj and g_b_proj cannot be LoRA targets."""
-    if cfg.trainer.lora.rank <= 0:
+    if not plan.lora.enabled:
         return
     for key, targets in (("trainer.lora.targets", cfg.trainer.lora.targets),
                          ("inference.lora_targets", cfg.inference.lora_targets)):
@@ -61,7 +61,7 @@ def untargetable(cfg, plan):
 def known_targets(cfg, plan):
     """Trainer LoRA targets are module names of the model."""
     lora = cfg.trainer.lora
-    if lora.rank <= 0 or not plan.arch.is_glm5_next:
+    if not plan.lora.enabled or not plan.arch.is_glm5_next:
         return
     unknown = [t for t in lora.targets if t not in KNOWN_TARGETS]
     if unknown:
@@ -74,7 +74,7 @@ def known_targets(cfg, plan):
 def targets_without_rank(cfg, plan):
     """Targets given with rank 0 are ignored."""
     lora = cfg.trainer.lora
-    if lora.rank == 0 and lora.targets:
+    if not plan.lora.enabled and lora.targets:
         yield warning("trainer.lora.targets", f"trainer.lora.rank=0 with {len(lora.targets)} targets",
                       "rank 0 means full fine-tuning; the targets are ignored.",
                       "Set a rank > 0 for LoRA, or clear trainer.lora.targets.")
@@ -93,7 +93,7 @@ def shared_expert_adapters_with_etp(cfg, plan):
     """A shared routed-expert adapter needs etp = 1 on the megatron trainer."""
     lora = cfg.trainer.lora
     routed = any(t in ("linear_fc1", "linear_fc2") for t in lora.targets)
-    if (lora.rank > 0 and lora.share_expert_adapters and routed and plan.arch.has_moe
+    if (plan.lora.enabled and lora.share_expert_adapters and routed and plan.arch.has_moe
             and cfg.trainer.backend is TrainerBackendName.megatron and plan.mesh.etp > 1):
         yield error("trainer.lora.share_expert_adapters",
                     f"trainer.lora.share_expert_adapters=true with trainer.mesh.etp={plan.mesh.etp}",

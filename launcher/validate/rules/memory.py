@@ -13,7 +13,7 @@ def trainer_fits(cfg, plan):
     tm, cap = plan.memory.trainer, cfg.cluster.gpu.memory_gib
     if not plan.mesh_ok or tm.total_gib <= cap:
         return
-    full = cfg.trainer.lora.rank == 0
+    full = not plan.lora.enabled
     why = (f"weights {_fmt(tm.weights_gib)} + grads {_fmt(tm.grads_gib)} + optimizer {_fmt(tm.optimizer_gib)} + "
            f"LoRA {_fmt(tm.lora_gib)} + activations {_fmt(tm.activations_gib)} + runtime {_fmt(tm.runtime_gib)}")
     fix = ("Full fine-tuning needs ~18 B/param; use LoRA (trainer.lora.rank > 0) or more GPUs with a larger "
@@ -119,7 +119,7 @@ FULL_FT_BYTES_PER_PARAM = 18  # bf16 weights 2 + fp32 grads 4 + fp32 master and 
 @rule("MEM006")
 def full_finetune_fits_cluster(cfg, plan):
     """Full fine-tuning state fits the trainer nodes' GPU and host memory together."""
-    if cfg.trainer.lora.rank != 0:
+    if plan.lora.enabled:
         return
     need = plan.params.total * FULL_FT_BYTES_PER_PARAM / 2**40
     nodes = len(plan.placement.trainer_nodes)
@@ -138,7 +138,7 @@ def full_finetune_fits_cluster(cfg, plan):
 @rule("MEM007")
 def host_optimizer_full_finetune(cfg, plan):
     """Optimizer CPU offload on the megatron trainer only with LoRA."""
-    if (cfg.trainer.backend is TrainerBackendName.megatron and cfg.trainer.optimizer.cpu_offload and cfg.trainer.lora.rank == 0
+    if (cfg.trainer.backend is TrainerBackendName.megatron and cfg.trainer.optimizer.cpu_offload and not plan.lora.enabled
             and plan.arch.is_glm5_next):
         yield error("trainer.optimizer.cpu_offload",
                     "trainer.optimizer.cpu_offload=true with full fine-tuning (trainer.lora.rank=0) on megatron",

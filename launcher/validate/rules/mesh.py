@@ -21,7 +21,7 @@ def pp_with_mhc(cfg, plan):
         yield error("trainer.mesh.pp",
                     f"trainer.mesh.pp={cfg.trainer.mesh.pp} with mHC (model.arch.hc_mult={cfg.model.arch.hc_mult})",
                     "megatron-core 0.19.2 has no mHC; this project's model keeps the hc_mult residual streams in "
-                    "one stage, so the trainer refuses pp > 1 at build, after launch.",
+                    "one stage: the trainer builds pp=1 whatever the mesh says.",
                     "Set trainer.mesh.pp=1 and use tp/ep for memory instead.")
 
 
@@ -155,7 +155,7 @@ def megatron_fixed_layout(cfg, plan):
         if size != 1 and not covered:
             yield error(f"trainer.mesh.{key}", f"trainer.mesh.{key}={size} with trainer.backend=megatron",
                         "This project's Megatron model (model/megatron) has no pipeline stages and no "
-                        "context-parallel split for any model: the trainer refuses it at build, after launch.",
+                        "context-parallel split for any model: the trainer builds pp=1, cp=1 whatever the mesh says.",
                         f"Set trainer.mesh.{key}=1 and use tp/ep/dp for memory.")
 
 

@@ -17,10 +17,9 @@ from model.megatron.weights import load_model_folder
 def build_rank_model(config, plan, device: torch.device, pad_id: int, progress: Progress | None = None):
     """This rank's model with weights (the model folder's or HF-rule random init, both straight on
     `device`) and LoRA if asked. `plan` gives the mesh (etp resolved there) and the LoRA
-    ranks; `progress` gets the start-up phases."""
+    ranks; `progress` gets the start-up phases. The model is built pp=1, cp=1: the validator
+    refuses any other mesh for this backend before Ray starts (MESH002, MESH003, MESH013)."""
     progress, mesh = progress or Progress(None, ""), plan.mesh
-    if mesh.pp != 1 or mesh.cp != 1:
-        raise ValueError("the megatron backend runs pp=1, cp=1 (mHC forbids PP, KDA has no CP path)")
     progress.phase("model-parallel groups")
     init_parallel(mesh.tp, mesh.ep, mesh.etp)
     progress.phase(f"building model on {device.type}")
@@ -34,7 +33,7 @@ def build_rank_model(config, plan, device: torch.device, pad_id: int, progress: 
         progress.phase(f"random init on {device.type}")
         init_weights(model, config.run.seed)
     lora = config.trainer.lora
-    if lora.rank > 0:
+    if plan.lora.enabled:
         progress.phase("LoRA adapters")
         apply_lora(model, list(lora.targets), lora.rank, lora.alpha, lora.share_expert_adapters,
                    plan.lora.expert_rank)

@@ -241,6 +241,13 @@ def test_lora_expert_rank_normalised_by_top_k(point):
     assert point("recipe=gsm8k_grpo").plan.lora.expert_rank == 32  # normalize_moe_lora off
 
 
+def test_the_plan_says_whether_lora_is_on(point):
+    """plan.lora.enabled is the one answer the rules, the trainers and the export read."""
+    assert point("recipe=dapo_sync").plan.lora.enabled is True
+    full = point("recipe=dapo_fullft").plan.lora
+    assert (full.enabled, full.rank, full.expert_rank) == (False, 0, 0)
+
+
 @pytest.mark.parametrize("recipe, kind, link", [
     ("dapo_sync", "adapter", "intra_node"),
     ("gsm8k_grpo", "merged", "intra_node"),
