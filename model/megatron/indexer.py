@@ -35,9 +35,10 @@ class KPoolIndexer(torch.nn.Module):
         pools = x_SD.shape[0] // self.kpool
         keys_SE = self.k_norm(self.linear_wk(x_SD))[: pools * self.kpool]
         gate_SE = F.linear(x_SD, self.kpool_gate)[: pools * self.kpool]
-        logits_PKE = gate_SE.view(pools, self.kpool, -1).float() + self.kpool_ape.float()
+        # Explicit widths: a sequence shorter than a pool (SP's pad sequence) has 0 pools, where -1 is ambiguous.
+        logits_PKE = gate_SE.view(pools, self.kpool, self.dim).float() + self.kpool_ape.float()
         probs_PKE = logits_PKE.softmax(dim=1).to(keys_SE.dtype)
-        return (probs_PKE * keys_SE.view(pools, self.kpool, -1)).sum(dim=1)
+        return (probs_PKE * keys_SE.view(pools, self.kpool, self.dim)).sum(dim=1)
 
     def _pool_scores(self, x_SD: torch.Tensor, q_resid_SR: torch.Tensor) -> torch.Tensor:
         """Weighted sum over heads of relu(q . pool_key * scale), [S, P]."""

@@ -63,12 +63,15 @@ def pool_indices_fit_uint16(cfg, plan):
 @rule("ROUTE008")
 def megatron_indexer_replay_tensor_parallel_unrun(cfg, plan):
     """The Megatron trainer's indexer runs on the TP-gathered stream, so every TP rank gets
-    the whole stream's pools; only data-parallel runs have replayed them (MESH014 keeps the
-    CPU path data parallel): a warning, not a refusal."""
+    the whole stream's pools: checked on CPU forwards (tests/unit/model/
+    test_megatron_indexer_replay_parallel.py: tp2+SP follows random given pools exactly, with
+    one rank's logits) and in data-parallel runs (MESH014 keeps the CPU trainer data
+    parallel), but no GPU run with TP has replayed them: a warning, not a refusal."""
     key = indexer_on(cfg)
     if key is None or cfg.trainer.backend is not TrainerBackendName.megatron or cfg.trainer.mesh.tp == 1:
         return
     yield warning("trainer.mesh.tp", f"{key}=true with trainer.backend=megatron, tp={cfg.trainer.mesh.tp}",
                   "Each TP rank replays the whole packed stream's pools on its gathered sequence "
-                  "(model/megatron/indexer_slot.py); no run with TP > 1 has used it yet.",
+                  "(model/megatron/indexer_slot.py), checked in CPU tests of the forward; no GPU run with TP > 1 "
+                  "has used it.",
                   "Check indexer_agreement in metrics.jsonl: it is 1.0 on every step when replay works.")

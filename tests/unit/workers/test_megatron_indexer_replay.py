@@ -12,7 +12,8 @@ from tests.unit.workers.test_indexer_replay import ARCH
 
 torch = pytest.importorskip("torch")
 
-LENGTHS = [24, 17]
+LENGTHS = [24, 17, 1]
+"""The last is shorter than a pool, as sequence parallelism's pad sequence can be: no pools at all."""
 
 
 @pytest.fixture(scope="module")
