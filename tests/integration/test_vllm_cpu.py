@@ -49,17 +49,18 @@ def probes(monkeypatch):
     import ray
 
     from launcher.contract.messages import GenerationRequest, SamplingParams, TrainShard
-    from launcher.driver import weight_sync
     from launcher.driver.runtime import Runtime
+    from launcher.plan.sync import MAX_BUCKETS_ALIVE
+    from launcher.weight_sync import push
 
     records: list[dict] = []
     original = Runtime.sync_weights
-    monkeypatch.setattr(weight_sync, "BUCKET_BYTES", PROBE_BUCKET_BYTES)
+    monkeypatch.setattr(push, "BUCKET_BYTES", PROBE_BUCKET_BYTES)
 
     def sync_and_probe(rt, with_base: bool, wait: bool) -> float:
         seconds = original(rt, with_base, wait)
         assert rt.last_sync.path == "buckets" and rt.last_sync.max_bucket_bytes <= PROBE_BUCKET_BYTES
-        assert rt.last_sync.max_alive <= weight_sync.MAX_BUCKETS_ALIVE
+        assert rt.last_sync.max_alive <= MAX_BUCKETS_ALIVE
         prompt = rt.tokenizer.encode(PROBE_PROMPT)
         request = GenerationRequest(prompts=[prompt], seed=1234,
                                     sampling=SamplingParams(max_tokens=rt.config.algorithm.max_response_len))
