@@ -26,10 +26,11 @@ fi
 end=$((SECONDS + $2))
 while [ $SECONDS -lt $end ] && [ ! -e "$JOB/rc" ]; do sleep 5; done
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv >"$JOB/nvidia_smi.txt" 2>&1
-# The job's own logs and reports (depth 2 at most: a run folder's checkpoints nest deeper than
-# the device tool hands back), then each run's metrics.jsonl, flat.
+# The job's own logs and reports (depth 2 at most: a run folder's checkpoints nest deeper), then
+# each run's metrics.jsonl, all flat in $OUT as PART__PART__NAME: the device tool hands back no
+# file nested deeper than that (a cp --parents copy of rand/x.log was left out as "depth").
 find "$JOB" -maxdepth 2 -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.txt' -o -name rc \) \
-    -size -4M -exec cp --parents {} "$OUT" \;
+    -size -4M -printf '%P\n' | while read -r rel; do cp "$JOB/$rel" "$OUT/${rel//\//__}"; done
 for metrics in "$JOB"/*/runs/*/metrics.jsonl; do
     [ -e "$metrics" ] && cp "$metrics" "$OUT/$(basename "$(dirname "$metrics")")_metrics.jsonl"
 done

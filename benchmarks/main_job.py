@@ -231,12 +231,13 @@ def main() -> None:
     report["first"] = _summary(first, run_dir)
     print(json.dumps(report["first"], indent=1), flush=True)
     if first["code"] != 130:
-        _finish(out / f"{name}_report.json", report, f"the first run ended with {first['code']}, not 130 (SIGINT)")
+        _finish(out / f"{name}_report.json", report, f"the first run ended with {first['code']}, not 130 (SIGINT)",
+                first["log"])
     second = launcher(*overrides, "run.resume=auto", log=out / f"{name}_resumed.log")
     report["resumed"] = _summary(second, run_dir)
     report["steps"] = step_table(run_dir / "metrics.jsonl")
     if second["code"] != 0:
-        _finish(out / f"{name}_report.json", report, f"the resumed run ended with {second['code']}")
+        _finish(out / f"{name}_report.json", report, f"the resumed run ended with {second['code']}", second["log"])
     print(json.dumps({k: report["resumed"][k] for k in ("code", "wall_s", "memory")}, indent=1), flush=True)
     print(json.dumps(report["steps"], indent=1), flush=True)
     report["export"] = export_check(overrides, run_dir / "checkpoints" / f"step_{STEPS:06d}", out / "export",
@@ -245,11 +246,21 @@ def main() -> None:
     _finish(out / f"{name}_report.json", report, None)
 
 
-def _finish(file: Path, report: dict, failure: str | None) -> None:
+def _finish(file: Path, report: dict, failure: str | None, log: str | None = None) -> None:
     report["failure"] = failure
     file.write_text(json.dumps(report, indent=1))
     if failure:
-        sys.exit(f"main job: {failure} (logs next to {file})")
+        sys.exit(f"main job: {failure} (logs next to {file}){_tail(log)}")
+
+
+def _tail(log: str | None, lines: int = 60) -> str:
+    """The failed run's last lines, warnings left out: this script's own output is what a
+    device call surely hands back."""
+    if log is None:
+        return ""
+    kept = [line for line in Path(log).read_text(errors="replace").splitlines()
+            if "Warning" not in line and "warnings.warn" not in line]
+    return "\n" + "\n".join(kept[-lines:])
 
 
 def _summary(run: dict, run_dir: Path) -> dict:
