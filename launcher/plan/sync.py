@@ -45,7 +45,11 @@ the bucket's device buffer, device -> device load. Measured on one H200
 4-layer slice, merged, 45 buckets of 1 GiB; benchmarks/results/colocated_ipc_sync_h200x1*.json):
 44.3 GiB in 0.82, 0.77 and 0.64 s (54, 57, 70 GiB/s; the slowest is taken; _run3 was planned
 with this constant), against 40.0, 39.8 and 43.2 s for host staging in the same runs. The
-benchmark has no Ray: a run adds its actor calls, which SYNC_BUCKET_OVERHEAD_S prices per bucket."""
+benchmark has no Ray: a run adds its actor calls, priced per bucket below."""
+CUDA_IPC_BUCKET_OVERHEAD_S = 0.002
+"""Per CUDA IPC bucket in a real run (Ray actor calls, handle exchange): the main job on one H200
+(benchmarks/main_job_h200.sh, 2026-12-03) synced the slice's 44.3 GiB in 45 buckets in 0.61-0.80 s
+a step, about the rate term alone; SYNC_BUCKET_OVERHEAD_S's 0.05 s had the plan at 3.0 s."""
 
 
 
@@ -129,12 +133,13 @@ def sync_transport(cfg: LauncherConfig) -> SyncTransport:
 
 LINK_GIB_PER_S = {SyncTransport.host: HOST_STAGED_GIB_PER_S, SyncTransport.cuda_ipc: CUDA_IPC_GIB_PER_S}
 LINK_NAMES = {SyncTransport.host: "host_staged", SyncTransport.cuda_ipc: "cuda_ipc"}
+BUCKET_OVERHEAD_S = {SyncTransport.host: SYNC_BUCKET_OVERHEAD_S, SyncTransport.cuda_ipc: CUDA_IPC_BUCKET_OVERHEAD_S}
 
 
 def bucketed_seconds(nbytes: float, transport: SyncTransport) -> float:
     """Seconds of an hf engine's bucketed sync of `nbytes` over `transport` (rate + per-bucket cost)."""
     buckets = max(nbytes / GIB / SYNC_BUCKET_GIB, 1.0)
-    return nbytes / (LINK_GIB_PER_S[transport] * GIB) + buckets * SYNC_BUCKET_OVERHEAD_S
+    return nbytes / (LINK_GIB_PER_S[transport] * GIB) + buckets * BUCKET_OVERHEAD_S[transport]
 
 
 class SyncKind(StrEnum):
