@@ -93,6 +93,9 @@ def main() -> None:
     log("engine built", {"pid": engine.process.pid})
     ids_T = torch.randint(0, cfg.model.arch.vocab_size, (args.tokens,), device=device,
                           generator=torch.Generator(device=device).manual_seed(5))
+    # The engine builds empty (its weights come by sync): a first sync gives it the trainer's.
+    stream_weights(LocalTrainers(trainer, transports[0]), engine, 0, with_base=False, wait=True,
+                   max_bucket_bytes=BUCKET_BYTES)
     rows = []
     for version, transport in enumerate(transports, start=1):
         move_adapters(trainer.model, seed=version)

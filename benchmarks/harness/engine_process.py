@@ -101,7 +101,7 @@ class EngineProcess:
                     raise TimeoutError(f"engine process (pid {self.process.pid}, alive "
                                        f"{self.process.is_alive()}) did not answer {what}") from None
                 self._answers[answer_id] = (ok, value)
-            ok, value = self._answers.pop(call_id)
+            ok, value = self._answers[call_id]  # kept: as with a Ray ref, a call may be waited on again
             if not ok:
                 raise RuntimeError(f"engine process failed during {what}: {value}")
             out.append(value)
