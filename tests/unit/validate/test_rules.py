@@ -175,7 +175,10 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.rule}[{self.base}: {' '.join(self.breaking)}]"
+        """The same in every process (pytest-xdist's workers compare their collections): the
+        fixture folders' random mkdtemp names are written as <test_rules_KIND>."""
+        text = f"{self.rule}[{self.base}: {' '.join(self.breaking)}]"
+        return re.sub(r"[^\s=]*/(test_rules_[a-z]+)_[^/\s]+", r"<\1>", text)
 
 
 def C(rule, base, breaking, severity, key, *values, bug=None) -> Case:  # noqa: N802 - table constructor
