@@ -48,23 +48,12 @@ def _logits(model, ids, pools, replay: bool):
     return logits, slot.counts()
 
 
-def _model(cfg, hf, tp: int):
-    from launcher.workers.hf.model import checkpoint_state
-    from model.megatron.build import build_model, init_parallel
-    from model.megatron.spec import ModelSpec
-    from model.megatron.weights import load_hf_state
-
-    init_parallel(tp, 1, 1)
-    model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype, pad_token_id=0), "cpu")
-    load_hf_state(model, checkpoint_state(hf))
-    return model
-
-
 def _worker(rank: int, store: str, queue) -> None:
     import torch.distributed as dist
 
     from launcher.config.compose import compose
     from launcher.workers.hf.model import build_model as build_hf
+    from tests.unit.model.test_megatron_replay_parallel import _model
     from tests.unit.workers.test_indexer_replay import ARCH
 
     torch.set_num_threads(1)
@@ -74,10 +63,10 @@ def _worker(rank: int, store: str, queue) -> None:
     arch, gen = cfg.model.arch, torch.Generator().manual_seed(3)
     ids = [torch.randint(1, 64, (n,), generator=gen) for n in LENGTHS]
     pools = [_random_pools(n, 1, arch.index_topk // arch.index_kpool, arch.index_kpool, gen) for n in LENGTHS]
-    reference = _model(cfg, hf, 1)
+    reference = _model(cfg, hf, (1, 1, 1))
     want, _ = _logits(reference, ids, pools, replay=True)
     own, _ = _logits(reference, ids, pools, replay=False)
-    tp2 = _model(cfg, hf, 2)
+    tp2 = _model(cfg, hf, (2, 1, 1))
     got, counts = _logits(tp2, ids, pools, replay=True)
     _, off = _logits(tp2, ids, pools, replay=False)
     queue.put((rank, {"replay_changes_logits": (want - own).abs().max().item(),
