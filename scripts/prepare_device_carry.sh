@@ -13,8 +13,9 @@
 #   .whl/   binary wheels from PyPI (no pure-Python tree of them in .venv is portable enough
 #           to trust): rpds-py, pydantic-core, protobuf (the image's may predate the gencode
 #           of googleapis-common-protos / opentelemetry-proto), megatron-core (a C++ helper),
-#           and fla-core + flash-linear-attention 0.6.0 (GPU kernels: never installed in a CPU
-#           venv here, so downloaded, not packed).
+#           fla-core + flash-linear-attention 0.6.0 (GPU kernels: never installed in a CPU
+#           venv here, so downloaded, not packed), and py-spy (benchmarks/stack_sampler.sh: where
+#           a slow phase on the GPU spends its time).
 #   .pkgs/  site-packages trees packed with xz -9 from .venv: ray (without jars, dashboard UI,
 #           data/train/tune/serve/rllib/llm; scripts/pack_device_site.sh), transformers (the
 #           .venv version the code is tested with; the image's 5.17.0 is older), and deps.txz:
@@ -23,8 +24,7 @@
 #           opentelemetry/ are shared by several distributions).
 # Left out on purpose (not imported by a run; add them here if that changes): wandb and
 # platformdirs (megatron.core.timers imports wandb only if present; logging.wandb is off by
-# default), virtualenv + distlib (Ray's runtime_env pip/uv environments only), py-spy (the
-# dashboard's stack dumps only), google-api-core/google-auth (opencensus' exporters only),
+# default), virtualenv + distlib (Ray's runtime_env pip/uv environments only), google-api-core/google-auth (opencensus' exporters only),
 # huggingface_hub 2.x + httpx2 (the image's huggingface_hub 1.33.0 satisfies transformers'
 # >=1.31 and keeps httpx, which the image has).
 set -euo pipefail
@@ -34,7 +34,7 @@ PY=.venv/bin/python
 
 # Binary packages: wheels pinned to .venv's versions (fla: pyproject.toml's megatron extra).
 WHEELS_FROM_VENV=(rpds-py pydantic-core protobuf megatron-core)
-WHEELS_PINNED=(fla-core==0.6.0 flash-linear-attention==0.6.0)
+WHEELS_PINNED=(fla-core==0.6.0 flash-linear-attention==0.6.0 py-spy==0.4.3)
 # Pure-Python distributions missing from the image, packed into .pkgs/deps.txz.
 DEPS=(
     hydra-core omegaconf antlr4-python3-runtime                          # config
