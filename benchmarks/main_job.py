@@ -15,6 +15,7 @@ the same job on the CPU (a rehearsal of this script, minutes). GPU memory per pr
 which group holds the GPU. Prints a table per part as soon as it has it; writes report.json.
 """
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -162,6 +163,10 @@ def write_checkpoint(out: Path, profile: str) -> Path:
     t0 = time.time()
     folder = write_tiny_checkpoint(out, DESCRIPTOR[profile], shards=10, dtype="bfloat16",
                                    device="cuda" if torch.cuda.is_available() else "cpu")
+    # The model is gone, but this process's allocator would keep its 72 GiB cached for the whole
+    # run: the engine's first materialize then ran out of memory (H200, 2026-12-03).
+    gc.collect()
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 2**30
     print(f"checkpoint: {size:.1f} GiB written to {folder} in {time.time() - t0:.1f} s", flush=True)
     return folder
