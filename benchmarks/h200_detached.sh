@@ -14,7 +14,7 @@ if [ ! -e /tmp/site/.installed ]; then
     if compgen -G ".tritonparts/triton.txz*" >/dev/null; then cat .tritonparts/triton.txz* | tar xJf - -C "$HOME"; fi
     touch /tmp/site/.installed
 fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JOB
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JOB PATH=/tmp/site/bin:$PATH  # bin: py-spy
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TRITON_CACHE_AUTOTUNING=1  # autotune winners on disk (the launcher sets it for its workers too)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Where a slow phase spends its time on the GPU machine: every EVERY_S seconds, a py-spy dump of
-# each Ray actor process whose title matches PATTERN (e.g. Trainer), into OUT_DIR/ROLE_PID_T.txt.
-# Runs until killed; a dump that py-spy cannot take (no ptrace) is skipped with its error kept.
+# Where a slow phase spends its time on the GPU machine: every EVERY_S seconds, a py-spy dump
+# (Python and native frames) of each Ray actor process whose title matches PATTERN (e.g.
+# Trainer), appended to OUT_DIR/ROLE.txt under a "=== pid P at T s" line (one file per role: the
+# device tool hands back a few files, not one per sample). Runs until killed.
 #   bash benchmarks/stack_sampler.sh 'Trainer|Engine' 20 "$JOB/stacks" &
 set -u
 pattern=$1 every_s=$2 out=$3
@@ -10,7 +11,7 @@ start=$SECONDS
 while true; do
     for pid in $(pgrep -f "ray::.*($pattern)"); do
         role=$(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | grep -oE "$pattern" | head -1)
-        py-spy dump --pid "$pid" >"$out/${role:-x}_${pid}_$((SECONDS - start)).txt" 2>&1 || true
+        { echo "=== pid $pid at $((SECONDS - start)) s"; py-spy dump --native --pid "$pid" 2>&1; } >>"$out/${role:-other}.txt"
     done
     sleep "$every_s"
 done
