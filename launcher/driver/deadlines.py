@@ -22,7 +22,7 @@ engine that was lost, not the trainer rank that waited on it.
 """
 from dataclasses import dataclass
 
-from launcher.plan.startup import STARTUP_OVERHEAD_S, STORAGE_GIB_PER_S
+from launcher.plan.startup import STARTUP_OVERHEAD_S
 
 MARGIN = 3.0
 FLOOR_S = 120.0
@@ -63,7 +63,7 @@ def checkpoint_estimate_s(plan, gpus_per_node: int) -> float:
     and adapters) at the storage bandwidth, on top of the start-up overhead."""
     tr = plan.memory.trainer
     per_gpu_gib = tr.weights_gib + tr.optimizer_gib + tr.optimizer_host_gib + tr.lora_gib
-    return STARTUP_OVERHEAD_S + gpus_per_node * per_gpu_gib / STORAGE_GIB_PER_S
+    return STARTUP_OVERHEAD_S + gpus_per_node * per_gpu_gib / plan.startup.storage_gib_per_s
 
 
 def phase_estimates_s(plan, gpus_per_node: int) -> dict[str, float]:

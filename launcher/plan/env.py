@@ -14,6 +14,20 @@ from launcher.plan.sync import SyncKind, sync_kind
 PRE_BLACKWELL = (GpuArch.ampere, GpuArch.ada, GpuArch.hopper)
 
 
+TRAINER_COMPILE_THREADS = 4
+"""Inductor compile workers per GPU trainer process (TORCHINDUCTOR_COMPILE_THREADS). Unset, each
+process starts one per core of the node: 16 on the one-H200 machine (~6.5 GiB of host RSS), and
+8 trainer ranks on a 128-core node would start 256. The fused kernels are small; dynamo's
+single-threaded tracing, not the workers, was the first compile's time in the trainer's stacks."""
+
+
+def trainer_compile_threads(cfg: LauncherConfig) -> int:
+    """Compile workers per trainer process: only the Megatron trainer compiles (model/megatron/fused.py),
+    and only on GPUs; 0 otherwise."""
+    on_gpu = cfg.cluster.gpu.arch is not GpuArch.cpu
+    return TRAINER_COMPILE_THREADS if on_gpu and cfg.trainer.backend is TrainerBackendName.megatron else 0
+
+
 def plan_env(cfg: LauncherConfig, f: ArchFacts, driver_env: Mapping[str, str], log: Origins) -> dict[str, str]:
     env: dict[str, str] = {}
     arch, mesh = cfg.cluster.gpu.arch, cfg.trainer.mesh
@@ -44,6 +58,10 @@ def plan_env(cfg: LauncherConfig, f: ArchFacts, driver_env: Mapping[str, str], l
         # cache folder only with this, so a resumed run, an export or the next run on the node skips it.
         env["TRITON_CACHE_AUTOTUNING"] = "1"
         log.add("env.TRITON_CACHE_AUTOTUNING", 1, "KDA's fla kernels: keep autotune results in Triton's disk cache")
+    if trainer_compile_threads(cfg):
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = str(trainer_compile_threads(cfg))
+        log.add("env.TORCHINDUCTOR_COMPILE_THREADS", env["TORCHINDUCTOR_COMPILE_THREADS"],
+                "inductor's compile workers per process: unset, one per core of the node in every trainer rank")
     if arch is GpuArch.cpu:
         env["OMP_NUM_THREADS"] = "1"  # one thread per worker: trainer ranks and engines share few cores
     env.update({k: str(v) for k, v in cfg.env.items()})

@@ -1,8 +1,9 @@
 """Per-GPU and per-node memory: trainer, inference, colocated phases, host.
 
-Colocated runs alternate two phases on the same GPUs. Generation: the engine owns its
-gpu_memory_utilization budget while the trainer has offloaded weights, grads and
-optimizer and keeps only its runtime reserve. Training: the trainer's full footprint
+Colocated runs alternate two phases on the same GPUs. Generation: the engine is awake (a
+vLLM engine owns its gpu_memory_utilization budget; an hf engine its weights and cache)
+while the trainer has offloaded weights, grads and optimizer and keeps only its runtime
+reserve. Training: the trainer's full footprint
 plus what a sleeping engine keeps (sleep level 0 never releases the budget).
 Before the first step they start up (launcher/driver/launch.py place_groups): the
 engines start and go to sleep, then the trainer builds (start-up: the sleeping engine +
@@ -10,16 +11,17 @@ the built trainer), then the first weight sync wakes the engines' weights while 
 trainer is still whole (first sync: + the engine's weights + one transfer bucket + the
 temporaries both sides allocate while converting weights, sync_temporaries_gib).
 Host memory per node: sleeping engines' weights (sleep level 1), the colocated
-trainer's offloaded state, and CPU-offloaded optimizer state. The sleep level is the
+trainer's offloaded state, CPU-offloaded optimizer state, and the processes themselves. The sleep level is the
 resolved one (plan/_sleep.py), which the engines and the sync loop use.
 """
 from dataclasses import dataclass
 
-from launcher.config.schema.choices import PlacementMode
+from launcher.config.schema.choices import InferenceBackendName, PlacementMode
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan._sleep import resolve_sleep_level
 from launcher.plan.arch import ArchFacts
+from launcher.plan.env import trainer_compile_threads
 from launcher.plan.lora import LoraPlan
 from launcher.plan.memory_inference import ENGINE_ASLEEP_GIB, InferenceMemory, engine_reserve, inference_memory
 from launcher.plan.memory_trainer import DTYPE_BYTES, GIB, TrainerMemory, trainer_memory
@@ -46,11 +48,25 @@ class PhaseMemory:
     """What a sync allocates beside the weights and buckets (sync_temporaries_gib)."""
 
 
+RAY_AND_DRIVER_GIB = 2.5
+"""Host RSS of the driver and Ray's own processes (GCS, raylet, dashboard, agents) on a node."""
+ACTOR_PROCESS_GIB = {"cpu": 0.6, "gpu": 1.3}
+"""Host RSS of one engine or trainer process before it holds any weights (torch, the backends'
+imports, a CUDA context's host side): the 4-layer slice on one H200 sampled 5.3 GiB for the
+driver, Ray, one engine and one trainer at start-up."""
+INDUCTOR_WORKER_GIB = 0.4
+"""One of inductor's compile workers (model/megatron/fused.py's kernels), each a process with torch
+imported: the slice's host RSS rose ~6.5 GiB as the trainer's first compile started 16 of them
+(plan/env.py now caps them at TRAINER_COMPILE_THREADS per trainer)."""
+
+
 @dataclass
 class HostMemory:
     sleeping_engine_weights_gib: float
     offloaded_trainer_gib: float
     optimizer_offload_gib: float
+    processes_gib: float
+    """The driver's, Ray's and the actors' own processes, and the trainers' compile workers."""
     total_per_node_gib: float
 
 
@@ -88,10 +104,18 @@ def sync_temporaries_gib(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> f
     return total / GIB
 
 
+def _engine_awake_gib(cfg: LauncherConfig, inf: InferenceMemory) -> float:
+    """What an awake engine holds: vLLM preallocates its whole gpu_memory_utilization budget; the
+    hf engine allocates its weights and the cache of the sequences it generates, no more (the
+    4-layer slice on one H200: 46.6 GiB sampled in generation against a 97.9 GiB budget)."""
+    return inf.budget_gib if cfg.inference.backend is InferenceBackendName.vllm else inf.total_gib
+
+
 def _phases(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, level: int, temporaries: float) -> PhaseMemory:
-    generation = inf.budget_gib + tr.runtime_gib
+    awake = _engine_awake_gib(cfg, inf)
+    generation = awake + tr.runtime_gib
     asleep = engine_reserve(ENGINE_ASLEEP_GIB, cfg.cluster.gpu.arch.value)
-    engine_asleep = inf.budget_gib if level == 0 else asleep
+    engine_asleep = awake if level == 0 else asleep
     training = tr.total_gib + engine_asleep
     startup = tr.total_gib - tr.activations_gib + engine_asleep
     woken = 0.0 if level == 0 else inf.weights_gib  # an awake engine's weights are inside its budget
@@ -106,8 +130,18 @@ def _host(cfg: LauncherConfig, tr: TrainerMemory, inf: InferenceMemory, colocate
     sleeping = inf.weights_gib * gpn if colocated and level == 1 else 0.0
     offloaded = (tr.weights_gib + tr.grads_gib + tr.optimizer_gib + tr.lora_gib) * gpn if colocated else 0.0
     optim = tr.optimizer_host_gib * gpn
+    processes = _processes_gib(cfg)
     return HostMemory(sleeping_engine_weights_gib=sleeping, offloaded_trainer_gib=offloaded,
-                      optimizer_offload_gib=optim, total_per_node_gib=sleeping + offloaded + optim)
+                      optimizer_offload_gib=optim, processes_gib=processes,
+                      total_per_node_gib=sleeping + offloaded + optim + processes)
+
+
+def _processes_gib(cfg: LauncherConfig) -> float:
+    """A node's processes at most: the driver and Ray, a trainer and an engine process per GPU,
+    and each GPU trainer's inductor compile workers."""
+    gpn, arch = cfg.cluster.gpus_per_node, cfg.cluster.gpu.arch.value
+    workers = trainer_compile_threads(cfg) * INDUCTOR_WORKER_GIB * gpn
+    return RAY_AND_DRIVER_GIB + 2 * gpn * engine_reserve(ACTOR_PROCESS_GIB, arch) + workers
 
 
 def plan_memory(cfg: LauncherConfig, params: ParamCounts, mesh: MeshPlan, lora: LoraPlan, f: ArchFacts,

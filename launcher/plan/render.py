@@ -52,6 +52,7 @@ def plan_tables(plan) -> str:
     parts.append(_table("# host memory per node", [("sleeping engine weights", _gib(mem.host.sleeping_engine_weights_gib)),
                                                    ("offloaded trainer", _gib(mem.host.offloaded_trainer_gib)),
                                                    ("optimizer offload", _gib(mem.host.optimizer_offload_gib)),
+                                                   ("processes", _gib(mem.host.processes_gib)),
                                                    ("total", _gib(mem.host.total_per_node_gib))]))
     parts.append(_table("# weight sync and timing", [
         ("sync", f"{s.kind}, {s.gib_per_engine:,.2f} GiB per engine over {s.link}, ~{s.seconds:.1f} s"),

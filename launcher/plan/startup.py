@@ -21,8 +21,6 @@ from launcher.plan.sync import SyncKind, SyncPlan
 STARTUP_OVERHEAD_S = 60.0
 """Imports, Ray actor start, process groups and (on GPUs) CUDA context and kernel loads,
 before any weight is read."""
-STORAGE_GIB_PER_S = 0.5
-"""Pessimistic read bandwidth of one node from its checkpoint storage (shared filesystems)."""
 GPU_INIT_GIB_PER_S = 20.0
 """Random init on a GPU (seeded normal draws in place): memory-bound, far above storage."""
 CPU_INIT_GIB_PER_S = 0.05
@@ -39,6 +37,8 @@ class StartupPlan:
     """What one node's actors read from storage (trainer shards, engines' whole copies)."""
     init_gib_per_gpu: float
     """Random-init bytes per trainer GPU."""
+    storage_gib_per_s: float
+    """cluster.links.storage_gib_per_s: the reads' rate here, and the checkpoints' in the deadlines."""
     seconds: float
     """Estimate from the command to the first step: overhead, reads, init, first sync."""
     basis: str
@@ -57,9 +57,10 @@ def plan_startup(cfg: LauncherConfig, memory: MemoryPlan, sync: SyncPlan) -> Sta
     read = (trainer_gib if from_checkpoint else 0.0) + (inf.weights_gib * gpn if reads else 0.0)
     init = 0.0 if from_checkpoint else tr.weights_gib
     init_rate = CPU_INIT_GIB_PER_S if cfg.cluster.gpu.arch is GpuArch.cpu else GPU_INIT_GIB_PER_S
-    seconds = STARTUP_OVERHEAD_S + read / STORAGE_GIB_PER_S + init / init_rate + sync.seconds
-    basis = (f"{STARTUP_OVERHEAD_S:.0f} s overhead + {read:.1f} GiB read per node at {STORAGE_GIB_PER_S:g} GiB/s + "
+    storage = cfg.cluster.links.storage_gib_per_s
+    seconds = STARTUP_OVERHEAD_S + read / storage + init / init_rate + sync.seconds
+    basis = (f"{STARTUP_OVERHEAD_S:.0f} s overhead + {read:.1f} GiB read per node at {storage:g} GiB/s + "
              f"{init:.1f} GiB random init per GPU at {init_rate:g} GiB/s + {sync.seconds:.1f} s first sync")
     return StartupPlan(trainer_weights="checkpoint" if from_checkpoint else "random init",
                        engine_reads_checkpoint=reads, read_gib_per_node=read, init_gib_per_gpu=init,
-                       seconds=seconds, basis=basis)
+                       storage_gib_per_s=storage, seconds=seconds, basis=basis)

@@ -78,6 +78,7 @@ RANGES: dict[str, Range] = {
     "cluster.host_memory_gib": POS_FLOAT,
     "cluster.links.intra_node_gbps": POS_FLOAT,
     "cluster.links.inter_node_gbps": POS_FLOAT,
+    "cluster.links.storage_gib_per_s": POS_FLOAT,
     "cluster.kubernetes.ttl_seconds_after_finished": _zero("the job's Ray cluster is deleted at once"),
     "placement.trainer_nodes": Range(1, checked_by="PLACE001"),
     "placement.inference_nodes": POS,

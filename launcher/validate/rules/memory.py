@@ -91,14 +91,15 @@ def host_fits(cfg, plan):
         yield error("cluster.host_memory_gib",
                     f"each node needs {_fmt(h.total_per_node_gib)} of host memory, it has {_fmt(cap)} "
                     f"(sleeping engine weights {_fmt(h.sleeping_engine_weights_gib)}, offloaded trainer "
-                    f"{_fmt(h.offloaded_trainer_gib)}, optimizer offload {_fmt(h.optimizer_offload_gib)})",
+                    f"{_fmt(h.offloaded_trainer_gib)}, optimizer offload {_fmt(h.optimizer_offload_gib)}, processes "
+                    f"{_fmt(h.processes_gib)})",
                     "Sleep level 1 and offloading copy GPU state into pinned host memory; running out kills the node.",
                     _host_fix(h, cap))
 
 
 def _host_fix(h, cap: float) -> str:
     """Only changes that bring a node under its host memory: each alone, else both, else what
-    the offloaded trainer state alone needs (no setting removes it from a colocated node)."""
+    the offloaded trainer state and the processes need (no setting removes them from a colocated node)."""
     parts = {"inference.sleep_level=2": h.sleeping_engine_weights_gib,
              "trainer.optimizer.cpu_offload=false": h.optimizer_offload_gib}
     present = [k for k, gib in parts.items() if gib > 0]
@@ -108,9 +109,9 @@ def _host_fix(h, cap: float) -> str:
     rest = h.total_per_node_gib - sum(parts.values())
     if present and rest <= cap:
         return f"Set {' and '.join(present)}."
-    return (f"Each node needs {_fmt(rest)} for the offloaded trainer state alone, which no setting removes from a "
-            "colocated node: spread the trainer over more nodes (each then holds a smaller share), or use nodes "
-            f"with at least {_fmt(rest)} of host memory.")
+    return (f"Each node needs {_fmt(rest)} for the offloaded trainer state and the run's processes alone, which no "
+            "setting removes from a colocated node: spread the trainer over more nodes (each then holds a smaller "
+            f"share), or use nodes with at least {_fmt(rest)} of host memory.")
 
 
 FULL_FT_BYTES_PER_PARAM = 18  # bf16 weights 2 + fp32 grads 4 + fp32 master and Adam m, v 12

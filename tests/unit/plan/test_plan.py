@@ -218,6 +218,18 @@ def test_colocated_phases_and_peak(point):
     assert point("recipe=dapo_async").plan.memory.colocated is None
 
 
+def test_an_hf_engine_holds_its_weights_and_cache_not_the_whole_budget(point):
+    """vLLM preallocates gpu_memory_utilization; the hf engine allocates what it uses (the slice on
+    the H200: 46.6 GiB sampled in generation, 97.9 GiB budget)."""
+    slice4 = ("recipe=tiny_grpo_chat", "model=glm5_3_flash_4layer", "cluster=h200x1", "inference.engines=1",
+              "trainer.backend=megatron", "model.dtype=bfloat16")
+    mem = point(*slice4).plan.memory
+    assert mem.colocated.generation_gib == pytest.approx(mem.inference.total_gib + mem.trainer.runtime_gib)
+    assert mem.colocated.generation_gib < 0.6 * mem.inference.budget_gib
+    vllm = point(*slice4, "inference.backend=vllm").plan.memory
+    assert vllm.colocated.generation_gib == pytest.approx(vllm.inference.budget_gib + vllm.trainer.runtime_gib)
+
+
 def test_host_memory_counts_sleeping_engine_weights(point):
     mem = point("recipe=dapo_sync").plan.memory
     assert mem.host.sleeping_engine_weights_gib == pytest.approx(8 * mem.inference.weights_gib)
@@ -377,3 +389,27 @@ def test_colocated_hf_engines_on_gpus_get_expandable_segments(point):
     assert "colocated hf engine" in hf.origins["env.PYTORCH_CUDA_ALLOC_CONF"]
     assert "PYTORCH_CUDA_ALLOC_CONF" not in point("recipe=gsm8k_grpo").plan.env  # vLLM engines
     assert "PYTORCH_CUDA_ALLOC_CONF" not in point("recipe=tiny_grpo_chat").plan.env  # CPU
+
+
+def test_gpu_megatron_trainers_cap_inductors_compile_workers(point, monkeypatch):
+    """Unset, inductor starts a compile worker per core in every trainer process; the plan caps
+    them, torch reads the cap (the function its config calls at import), and host memory counts them."""
+    from torch._inductor.config import decide_compile_threads
+
+    from launcher.plan.env import TRAINER_COMPILE_THREADS
+    from launcher.plan.memory import INDUCTOR_WORKER_GIB
+
+    slice4 = ("recipe=tiny_grpo_chat", "model=glm5_3_flash_4layer", "cluster=h200x1", "inference.engines=1",
+              "trainer.backend=megatron")
+    gpu = point(*slice4).plan
+    assert gpu.env["TORCHINDUCTOR_COMPILE_THREADS"] == str(TRAINER_COMPILE_THREADS)
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", gpu.env["TORCHINDUCTOR_COMPILE_THREADS"])
+    assert decide_compile_threads() == TRAINER_COMPILE_THREADS
+    hf_trainer = point(*slice4, "trainer.backend=hf").plan
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in hf_trainer.env
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in point("recipe=tiny_grpo_chat", "trainer.backend=megatron").plan.env
+    assert gpu.memory.host.processes_gib - hf_trainer.memory.host.processes_gib == pytest.approx(
+        TRAINER_COMPILE_THREADS * INDUCTOR_WORKER_GIB)
+    host = gpu.memory.host
+    assert host.total_per_node_gib == pytest.approx(host.sleeping_engine_weights_gib + host.offloaded_trainer_gib
+                                                    + host.optimizer_offload_gib + host.processes_gib)
