@@ -27,6 +27,11 @@ class ActorDiedError(RuntimeError):
     """A trainer rank or engine process ended while the run needed it."""
 
 
+class GpuMemoryError(ActorDiedError):
+    """An actor's call ran out of GPU memory: the run cannot go on (exit 3) and it is no bug of
+    the launcher's, so no traceback: the message has torch's own figures."""
+
+
 class HangError(ActorDiedError):
     """An actor answered nothing within its call's deadline: as lost to the run as a dead one
     (same exit 3, same teardown), but alive, so Ray would never have said so."""
@@ -159,6 +164,10 @@ def get_one(ref, who: str, what: str):
     except ray.exceptions.RayTaskError as err:
         if isinstance(err.cause, PeerLostError):  # the actor this one waited on is the one lost: its name
             raise ActorDiedError(f"{who}, during {what}: {err.cause}") from err
+        if type(err.cause).__name__ == "OutOfMemoryError":  # torch's CUDA OOM: a resource, not a bug
+            raise GpuMemoryError(f"{who} ran out of GPU memory during {what}: {str(err.cause).splitlines()[0]} "
+                                 "Compare the phase's peak in `launcher plan` (a process outside the run "
+                                 "holding memory shows in the line above)") from err
         raise
     except ray.exceptions.RayActorError as err:
         lines = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines() or [type(err).__name__]

@@ -5,6 +5,7 @@ import os
 
 from launcher.contract.spec import ActorSpec
 from launcher.weight_sync.receive import WeightReceiver
+from launcher.workers.gpu_free import check_gpu_free
 from launcher.workers.progress import Progress
 
 
@@ -14,6 +15,7 @@ class EngineBase(WeightReceiver):
         self.index = spec.rank
         self.progress = Progress(spec.board, f"engine {spec.rank}")
         """Start-up phases for the driver's board (progress.py); named as the driver's EngineGroup labels it."""
+        check_gpu_free(spec, "engine", self.who)
 
     def pid(self) -> int:
         return os.getpid()

@@ -39,6 +39,7 @@ from launcher.weight_sync.export import StreamedExport
 from launcher.weight_sync.messages import WeightUpdate
 from launcher.workers.batch import ungrid
 from launcher.workers.loss import micro_loss
+from launcher.workers.gpu_free import check_gpu_free
 from launcher.workers.progress import Progress
 from launcher.workers.rendezvous import free_address
 
@@ -71,6 +72,7 @@ class TrainerBase(StreamedExport):
         """How it travels (plan/sync.py sync_transport; launcher/weight_sync/transports/)."""
         self.progress = Progress(spec.board, f"trainer rank {spec.rank}")
         """Start-up phases for the driver's board (progress.py); named as the driver's TrainerGroup labels it."""
+        check_gpu_free(spec, "trainer", f"trainer rank {spec.rank}")
 
     @property
     def _keeps_frozen_ref(self) -> bool:

@@ -15,6 +15,13 @@ class Peer:
     def fail_fast(self):
         raise RuntimeError("gloo: connection reset by peer")
 
+    def run_out_of_gpu_memory(self):
+        import torch
+
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB. GPU 0 has a total capacity "
+                                     "of 139.80 GiB of which 1.73 GiB is free. Process 506 has 71.96 GiB memory in use.\n"
+                                     "See documentation for Memory Management")
+
     def die_slowly(self):
         time.sleep(0.5)
         os._exit(1)
@@ -57,3 +64,15 @@ def test_an_error_with_every_peer_alive_is_raised_as_it_is(local_ray):
     with pytest.raises(ray.exceptions.RayTaskError, match="connection reset"):
         group._get([first.fail_fast.remote(), second.fail_fast.remote()], "step")
     assert time.monotonic() - start < 5.0  # no grace wait when the peers have already answered
+
+
+def test_a_cuda_out_of_memory_is_a_failed_run_with_torchs_figures_not_a_bug(local_ray):
+    """Exit 3 without a traceback (launch.py catches ActorDiedError), and the line keeps torch's
+    own figures, which name a process outside the run that holds the memory."""
+    from launcher.driver.groups import GpuMemoryError
+
+    engine = Peer.remote()
+    group = _group([engine])
+    with pytest.raises(GpuMemoryError, match=r"trainer rank 0 .* ran out of GPU memory during first sync: CUDA out "
+                                             r"of memory\. .*Process 506 has 71\.96 GiB memory in use\. Compare"):
+        group._get([engine.run_out_of_gpu_memory.remote()], "first sync")
