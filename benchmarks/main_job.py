@@ -42,15 +42,18 @@ PROFILES = {
              "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]"],
 }
 DESCRIPTOR = {"slice4": "glm5_3_flash_4layer", "tiny": "tiny"}
-LOGPROB_ATOL = {"bfloat16": 0.05, "float32": 1e-3}
-"""Exported vs trainer log-probs, max abs over the probe tokens, by model.dtype: bf16 HF vs bf16
-Megatron kernels (KDA, MoE grouped GEMM) differ by ~1e-2 (slice on the H200, tiny on the CPU:
-0.026); fp32 on the CPU agree to ~1e-5."""
+LOGPROB_ATOL = {"bfloat16": 0.1, "float32": 1e-3}
+"""Exported vs trainer log-probs, max abs over the probe tokens, by model.dtype. In bf16 the HF
+kernels (fla's KDA, eager MoE) and Megatron's differ as much as the run's own engine and trainer
+do on the same weights: on the H200 the slice's merged export was within 0.024 and the adapter
+export on the HF-initialized checkpoint within 0.070, where that run's engine-vs-trainer
+logprob_abs_diff_max was 0.055-0.082 with routing replay on (tiny on the CPU: 0.026). fp32 on
+the CPU agree to ~1e-5."""
 PROBE_IDS = [7, 30, 20, 22, 26, 9, 15, 40, 33, 12, 11, 50]
 
 
 class Sampler(threading.Thread):
-    """GPU memory per role (engine/trainer, by Ray's process title) and host RSS of the run's tree."""
+    """GPU memory and host RSS per role (engine/trainer, by Ray's process title) over the run's process tree."""
 
     def __init__(self, root_pid: int, file: Path, every_s: float = 2.0):
         super().__init__(daemon=True)
@@ -58,8 +61,9 @@ class Sampler(threading.Thread):
         self.file = file
         """Each sample is appended here as it is taken: a call that ends mid-run keeps them."""
 
-    def _roles(self) -> tuple[dict[int, str], float]:
-        roles, rss = {}, 0.0
+    def _roles(self) -> tuple[dict[int, str], dict[str, float]]:
+        """(role by pid, host RSS GiB by role): an actor's compile workers count as its own."""
+        roles, rss = {}, {"engine": 0.0, "trainer": 0.0, "other": 0.0}
         try:
             procs = [psutil.Process(self.root), *psutil.Process(self.root).children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -67,10 +71,11 @@ class Sampler(threading.Thread):
         for proc in procs:
             try:
                 title = " ".join(proc.cmdline())
-                rss += proc.memory_info().rss / 2**30
+                parent = roles.get(proc.ppid(), "other")
+                roles[proc.pid] = "engine" if "Engine" in title else "trainer" if "Trainer" in title else parent
+                rss[roles[proc.pid]] += proc.memory_info().rss / 2**30
             except psutil.Error:
                 continue
-            roles[proc.pid] = "engine" if "Engine" in title else "trainer" if "Trainer" in title else "other"
         return roles, rss
 
     def _gpu_gib(self, roles: dict[int, str]) -> dict[str, float]:
@@ -87,7 +92,8 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(self.every_s):
             roles, rss = self._roles()
-            self.rows.append({"t": time.time(), "host_rss_gib": rss, **self._gpu_gib(roles)})
+            self.rows.append({"t": time.time(), "host_rss_gib": sum(rss.values()),
+                              **{f"host_rss_{role}_gib": gib for role, gib in rss.items()}, **self._gpu_gib(roles)})
             with self.file.open("a") as f:
                 f.write(json.dumps(self.rows[-1]) + "\n")
 
@@ -288,9 +294,10 @@ def export_check(overrides: list[str], checkpoint: Path, folder: Path, base: Pat
     cfg = compose([o for o in overrides if not o.startswith("run.")]).config
     want = trainer_logprobs(cfg, checkpoint)
     got = exported_logprobs(folder, base)
-    diff = max(abs(a - b) for a, b in zip(want, got, strict=True))
+    diffs = [abs(a - b) for a, b in zip(want, got, strict=True)]
     atol = LOGPROB_ATOL[getattr(cfg.model.dtype, "value", cfg.model.dtype)]
-    return {**result, "max_abs_logprob_diff": diff, "atol": atol, "ok": diff <= atol}
+    return {**result, "max_abs_logprob_diff": max(diffs), "mean_abs_logprob_diff": sum(diffs) / len(diffs),
+            "atol": atol, "ok": max(diffs) <= atol}
 
 
 if __name__ == "__main__":
