@@ -5,6 +5,7 @@ A streamed update is a WeightUpdate header, then size-bounded WeightBuckets that
 forwards from trainer rank 0 to every engine one after the other (pump.py), so neither side
 nor Ray's object store ever holds the whole model.
 """
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -69,6 +70,30 @@ class WeightBucket:
     def count(self) -> int:
         """Tensors in the bucket, whichever way they travel."""
         return len(self.ipc.names) if self.ipc is not None else len(self.tensors)
+
+    def __reduce__(self):
+        """Pickled with each tensor's bytes out of band: a uint8 numpy view, which pickle 5 hands to
+        Ray as a buffer it writes straight into the object store. A torch tensor pickles in band,
+        copied into a growing bytes object (the H200's merged export moved 0.27 GiB/s that way, the
+        trainer's stacks in cloudpickle and realloc; benchmarks/bucket_serialization.py). The
+        receiver's tensors are views of the object store's read-only memory: engines and the export's
+        writer copy them (load_state_dict, vLLM's weight loaders, safetensors), never write them."""
+        packed = [(name, *_as_bytes(tensor)) for name, tensor in self.tensors]
+        return _unpacked_bucket, (self.kind, packed, self.nbytes, self.last, self.ipc, self.transport)
+
+
+def _as_bytes(tensor: torch.Tensor) -> tuple:
+    """(uint8 numpy view of a CPU tensor's bytes, dtype name, shape)."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy(), str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape)
+
+
+def _unpacked_bucket(kind: str, packed: list, nbytes: int, last: bool, ipc, transport) -> "WeightBucket":
+    with warnings.catch_warnings():  # from_numpy of read-only memory: the tensors are only read (above)
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        tensors = [(name, torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape))
+                   for name, data, dtype, shape in packed]
+    return WeightBucket(kind, tensors, nbytes, last=last, ipc=ipc, transport=transport)
 
 
 @dataclass
