@@ -18,7 +18,7 @@ import yaml
 from launcher.__main__ import main
 from launcher.cli.args import parse_args
 from launcher.cli.rayjob import NAME_MAX, rayjob_manifest, rayjob_name
-from launcher.config.compose import compose
+from tests.shared_compose import compose_shipped
 
 ROOT = Path(__file__).resolve().parents[3]
 KUBERAY_VERSION = "v1.7.0"
@@ -117,8 +117,8 @@ def test_the_entrypoint_runs_the_same_config_on_the_jobs_cluster(capsys):
     job, _ = _written(GPU_CLUSTER, capsys)
     argv = shlex.split(job["spec"]["entrypoint"])
     assert argv[:4] == ["python", "-m", "launcher", "run"] and argv[-1] == "cluster.ray_address=auto"
-    there = compose(parse_args(argv[3:]).overrides).config
-    here = compose(GPU_CLUSTER).config
+    there = compose_shipped(parse_args(argv[3:]).overrides).config
+    here = compose_shipped(GPU_CLUSTER).config
     there.cluster.ray_address = here.cluster.ray_address
     assert there == here
 
@@ -133,7 +133,7 @@ def test_a_cpu_cluster_file_gets_logical_gpus_and_no_worker_group(validator, cap
 
 
 def test_the_schema_check_is_not_vacuous(validator):
-    job = rayjob_manifest(compose(GPU_CLUSTER))
+    job = rayjob_manifest(compose_shipped(GPU_CLUSTER))
     job["spec"]["shutdownAfterJobFinish"] = True  # a typo of the real field
     job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "1"  # a string where KubeRay takes int32
     del job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["groupName"]

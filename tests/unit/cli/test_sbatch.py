@@ -10,9 +10,9 @@ import pytest
 from launcher.__main__ import main
 from launcher.cli.slurm_preflight import GPU_GRES, Partition, shortfall, slurm_seconds
 from launcher.cli.slurm_time import TIME_MARGIN, TimeLimit, checkpoints_written, time_limit
-from launcher.config.compose import compose
 from launcher.driver.deadlines import phase_estimates_s
 from launcher.validate import plan_and_check
+from tests.shared_compose import compose_shipped
 
 BRING_UP_S = 600  # sbatch's: the head's readiness wait, then the workers'
 
@@ -83,8 +83,8 @@ def test_checkpoints_written_counts_the_periodic_and_the_final_one(steps, every,
 
 
 def test_the_time_limit_is_the_margin_over_the_plans_phases_in_whole_minutes():
-    composed = compose(["recipe=dapo_sync", "cluster=b300x3", "inference.engines=3", "checkpoint.every_steps=4",
-                        "run.steps=10"])
+    composed = compose_shipped(["recipe=dapo_sync", "cluster=b300x3", "inference.engines=3", "checkpoint.every_steps=4",
+                                "run.steps=10"])
     _, plan = plan_and_check(composed)
     phases = phase_estimates_s(plan, composed.config.cluster.gpus_per_node)
     step = phases["generation + weight sync"] + phases["log-prob pass"] + phases["training"]
@@ -92,7 +92,7 @@ def test_the_time_limit_is_the_margin_over_the_plans_phases_in_whole_minutes():
     limit = time_limit(composed.config, plan, bring_up_s=BRING_UP_S)
     assert limit.seconds == math.ceil((TIME_MARGIN * work + BRING_UP_S) / 60) * 60 and limit.seconds % 60 == 0
     assert f"10 steps x {step:.1f} s + 3 checkpoint(s)" in limit.basis
-    longer = time_limit(compose([*composed.overrides, "run.steps=20"]).config, plan, bring_up_s=BRING_UP_S)
+    longer = time_limit(compose_shipped([*composed.overrides, "run.steps=20"]).config, plan, bring_up_s=BRING_UP_S)
     assert longer.seconds > limit.seconds
 
 

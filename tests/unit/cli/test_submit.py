@@ -9,11 +9,11 @@ from launcher import paths
 from launcher.__main__ import main
 from launcher.cli.jobs import job_rows
 from launcher.cli.submit import dashboard_url, job_overrides
-from launcher.config.compose import compose
 from launcher.config.schema.cluster import ClusterConfig
 from launcher.driver.cluster import shipped_code
 from launcher.driver.rundir import RunDirLock
 from launcher.paths import PROJECT_ROOT
+from tests.shared_compose import compose_shipped
 
 
 @pytest.mark.parametrize("ray_address, dashboard, url", [
@@ -67,9 +67,9 @@ def test_a_folder_without_pyproject_above_the_package_is_no_checkout(monkeypatch
 def test_job_overrides_pin_an_absolute_run_dir_per_sweep_point(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     point = ["recipe=tiny_grpo", "run.output_dir=rel/out", "run.name=sw", "run.seed=3"]
-    got = job_overrides(point, compose(point), "sweep/2")
+    got = job_overrides(point, compose_shipped(point), "sweep/2")
     assert got == ["recipe=tiny_grpo", "run.seed=3", f"run.output_dir={tmp_path / 'rel/out'}", "run.name=sw/sweep/2"]
-    assert compose(got).config.run.name == "sw/sweep/2"
+    assert compose_shipped(got).config.run.name == "sw/sweep/2"
 
 
 def test_submit_without_ray_address_names_the_key(capsys, tmp_path):
@@ -165,7 +165,7 @@ def test_a_sweep_over_cluster_addresses_sends_each_point_to_its_own_cluster(tmp_
     assert {url: len(c.entrypoints) for url, c in clients.items()} == {
         "http://10.0.0.1:8265": 1, "http://dash.example:9000": 2, "http://10.0.0.2:8265": 1}
     [sent] = clients["http://10.0.0.2:8265"].entrypoints  # the job runs the point against its own cluster
-    assert compose(shlex.split(sent)[4:]).config.cluster.ray_address == "10.0.0.2:6379"
+    assert compose_shipped(shlex.split(sent)[4:]).config.cluster.ray_address == "10.0.0.2:6379"
 
 
 def test_a_sweep_point_without_a_cluster_address_is_named_before_anything_is_sent(tmp_path, capsys, monkeypatch):

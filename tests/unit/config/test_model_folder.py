@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.config.compose import compose
 from launcher.config.model_folder import read_arch, weight_problems
 from launcher.config.schema.model import ArchConfig
 from launcher.plan import make_plan
 from launcher.plan.params import count_params
 from launcher.validate import check
+from tests.shared_compose import compose_shipped
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARDS = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
@@ -71,7 +71,7 @@ def bare_descriptor(tmp_path, monkeypatch) -> str:
 
 
 def validate(*overrides: str):
-    composed = compose(list(overrides))
+    composed = compose_shipped(list(overrides))
     plan = make_plan(composed.config, driver_env={})
     return composed, plan, check(composed.config, plan)
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.driver import checkpoint as ck
 from launcher.driver.checkpoint import (
@@ -30,6 +29,7 @@ from launcher.driver.checkpoint import (
     resolve_resume,
     restore,
 )
+from tests.shared_compose import compose_shipped
 
 CONFIG = ["recipe=tiny_grpo", "trainer.backend=hf"]
 
@@ -48,7 +48,7 @@ class InProcess:
 def hf():
     from launcher.workers import trainer_class
 
-    return InProcess(trainer_class("hf")(ActorSpec.planned(compose(CONFIG).config, 0, 1)))
+    return InProcess(trainer_class("hf")(ActorSpec.planned(compose_shipped(CONFIG).config, 0, 1)))
 
 
 def _saved(root: Path, group, steps=(2, 4)) -> Checkpointer:
@@ -159,7 +159,7 @@ def test_torn_last_metrics_line_is_dropped_with_a_message(tmp_path, capsys):
 
     rows = [json.dumps({"step": s, "reward": 0.5}) for s in (1, 2, 3)]
     (tmp_path / METRICS_FILE).write_text("\n".join(rows) + '\n{"step": 4, "rew')
-    cfg = compose(CONFIG).config
+    cfg = compose_shipped(CONFIG).config
     StepLogger(tmp_path, cfg.logging, cfg.run, start_step=3, config_dict={})
     assert (tmp_path / METRICS_FILE).read_text() == "".join(r + "\n" for r in rows)
     assert f"{tmp_path / METRICS_FILE}: dropped line 4, cut short or damaged" in capsys.readouterr().err

@@ -17,11 +17,12 @@ from launcher.driver.deadlines import (
 from launcher.errors import ConfigError
 from launcher.plan import make_plan
 from launcher.plan.startup import STARTUP_OVERHEAD_S
+from tests.shared_compose import compose_shipped
 
 
 @functools.cache  # composing and planning is most of each test's time
 def _deadlines(*overrides: str) -> tuple[CallDeadlines, object, object]:
-    config = compose(list(overrides)).config
+    config = compose_shipped(list(overrides)).config
     plan = make_plan(config)
     return CallDeadlines.of_run(config, plan), config, plan
 
@@ -74,7 +75,7 @@ def test_the_error_names_actors_call_time_and_basis():
 
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_a_hang_timeout_that_is_not_positive_is_refused_naming_the_key(value):
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ConfigError) as err:  # the composition itself refuses: Hydra's compose, not the test cache
         compose(["recipe=tiny_grpo", f"run.hang_timeout_s={value}"])
     finding = err.value.findings[0]
     assert finding.id == "CFG007" and finding.key == "run.hang_timeout_s" and "> 0" in finding.message

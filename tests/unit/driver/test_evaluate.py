@@ -9,7 +9,6 @@ import json
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.driver import evaluate
 from launcher.driver.data import PromptStream
@@ -17,6 +16,7 @@ from launcher.rl.reward_fn import make_scorer
 from launcher.rl.tokenizer import CharTokenizer, make_tokenizer
 from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
+from tests.shared_compose import compose_shipped
 
 TINY = ["recipe=tiny_grpo", "run.eval_problems=12", "run.eval_samples=3"]
 
@@ -40,7 +40,7 @@ class _LocalEngines:
 
 
 def _setup(overrides=(), engines=2):
-    cfg = compose([*TINY, *overrides]).config
+    cfg = compose_shipped([*TINY, *overrides]).config
     tokenizer = make_tokenizer(cfg.model)
     trainer = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
     group = [engine_class("hf")(ActorSpec.planned(cfg, i)) for i in range(engines)]
@@ -54,24 +54,24 @@ def _no_time(row: dict) -> dict:
 
 @pytest.mark.slow
 def test_due_steps():
-    cfg = compose(["recipe=tiny_grpo", "run.steps=5", "run.eval_every_steps=2", "run.eval_before_train=true"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "run.steps=5", "run.eval_every_steps=2", "run.eval_before_train=true"]).config
     ev = evaluate.Evaluator(cfg, evaluate.EvalSet([], [], "none"))
     assert [s for s in range(6) if ev.due(s)] == [0, 2, 4, 5]  # the last step too
-    cfg = compose(["recipe=tiny_grpo", "run.eval_before_train=true"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "run.eval_before_train=true"]).config
     assert evaluate.make_evaluator(cfg, CharTokenizer(cfg.model.arch.vocab_size)).due(0)
-    cfg = compose(["recipe=tiny_grpo"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo"]).config
     assert evaluate.make_evaluator(cfg, CharTokenizer(cfg.model.arch.vocab_size)) is None
 
 
 def test_synthetic_held_out_problems_come_from_indices_training_never_reaches():
-    cfg = compose(TINY).config
+    cfg = compose_shipped(TINY).config
     tokenizer = CharTokenizer(cfg.model.arch.vocab_size)
     held_out = evaluate.eval_set(cfg, tokenizer)
     stream = PromptStream(cfg.data, cfg.run.seed, tokenizer)
     assert held_out.problems == stream.take(evaluate.HELD_OUT_BASE, 12)
     assert held_out.prompt_ids == [tokenizer.encode(p.prompt) for p in held_out.problems]
     assert "held-out" in held_out.source
-    cfg = compose(["recipe=tiny_grpo"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo"]).config
     assert len(evaluate.eval_set(cfg, tokenizer).problems) == evaluate.SYNTHETIC_PROBLEMS
 
 
@@ -82,14 +82,14 @@ def test_val_path_is_read_by_the_training_loader(tmp_path):
     rows.append({"question": "x" * 2000, "answer": "#### 1"})  # longer than max_prompt_len: dropped as in training
     val.write_text("".join(json.dumps(r) + "\n" for r in rows))
     over = ["recipe=gsm8k_grpo", f"data.val_path={val}", "run.eval_problems=4"]
-    cfg = compose(over).config
+    cfg = compose_shipped(over).config
     tokenizer = CharTokenizer(128)
     held_out = evaluate.eval_set(cfg, tokenizer, log=open("/dev/null", "w"))  # noqa: SIM115
-    as_training = PromptStream(compose([*over, f"data.train_path={val}"]).config.data, 0, tokenizer).problems
+    as_training = PromptStream(compose_shipped([*over, f"data.train_path={val}"]).config.data, 0, tokenizer).problems
     assert held_out.problems == list(as_training)[:4]
     assert held_out.source == f"data.val_path={val}"
     with pytest.raises(evaluate.EvalConfigError, match="data.val_path"):
-        evaluate.eval_set(compose(["recipe=gsm8k_grpo"]).config, tokenizer)
+        evaluate.eval_set(compose_shipped(["recipe=gsm8k_grpo"]).config, tokenizer)
 
 
 def test_greedy_sampling_is_argmax():
@@ -146,7 +146,7 @@ def test_greedy_only_and_training_weights_change_the_numbers():
 def _logger(run_dir, start_step):
     from launcher.driver.metrics import StepLogger
 
-    cfg = compose(["recipe=tiny_grpo", "run.steps=4", "logging.backends=[jsonl]"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "run.steps=4", "logging.backends=[jsonl]"]).config
     return StepLogger(run_dir, cfg.logging, cfg.run, start_step, {})
 
 

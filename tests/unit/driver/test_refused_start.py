@@ -3,9 +3,9 @@ and the data are read first, their errors are one Refused message (exit 1, no tr
 and a run directory holding only what this start wrote is removed again."""
 import pytest
 
-from launcher.config.compose import compose
 from launcher.driver.launch import RUN_FILES, Refused, _before_ray, _remove_if_fresh
 from launcher.driver.rundir import LOCK_NAME
+from tests.shared_compose import compose_shipped
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -16,7 +16,7 @@ from launcher.driver.rundir import LOCK_NAME
 ])
 def test_what_the_driver_reads_before_ray_is_refused_with_its_message(overrides, message):
     with pytest.raises(Refused, match="^") as err:
-        _before_ray(compose(["recipe=tiny_grpo", *overrides]).config)
+        _before_ray(compose_shipped(["recipe=tiny_grpo", *overrides]).config)
     assert message in str(err.value)
 
 

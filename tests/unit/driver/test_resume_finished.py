@@ -3,10 +3,10 @@ and no Ray started (a resubmitted sweep skips its finished points instead of red
 import json
 import sys
 
-from launcher.config.compose import compose
 from launcher.driver.checkpoint import DONE_MARK, DriverState
 from launcher.driver.launch import launch
 from launcher.plan import make_plan
+from tests.shared_compose import compose_shipped
 
 
 def _finished_checkpoint(run_dir, step: int):
@@ -18,7 +18,7 @@ def _finished_checkpoint(run_dir, step: int):
 
 
 def test_finished_run_is_not_restarted(tmp_path, capsys):
-    composed = compose(["recipe=tiny_grpo", "run.steps=4"])
+    composed = compose_shipped(["recipe=tiny_grpo", "run.steps=4"])
     checkpoint = _finished_checkpoint(tmp_path, step=4)
     assert launch(composed, make_plan(composed.config), tmp_path) == 0
     out = capsys.readouterr().out

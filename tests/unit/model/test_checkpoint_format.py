@@ -30,10 +30,10 @@ def _language_tensors(folder: Path) -> dict:
 
 
 def _model_spec(folder: Path, dtype="float32"):
-    from launcher.config.compose import compose
     from model.megatron.spec import ModelSpec
+    from tests.shared_compose import compose_shipped
 
-    cfg = compose(["model=tiny", f"model.hf_path={folder}"]).config
+    cfg = compose_shipped(["model=tiny", f"model.hf_path={folder}"]).config
     return ModelSpec.from_arch(cfg.model.arch, dtype, pad_token_id=0)
 
 
@@ -102,11 +102,11 @@ def test_every_mesh_loads_the_checkpoint_and_exports_it_bit_exact(mesh_results, 
 
 def test_streamed_sync_names_are_the_save_pretrained_key_set(tiny_glm_checkpoint):
     """Both trainers ship what `save_pretrained` wrote, and nothing under another name."""
-    from launcher.config.compose import compose
     from launcher.workers.hf.model import build_model as build_hf
     from launcher.workers.hf.model import checkpoint_state
     from model.megatron.build import build_model
     from model.megatron.weights import hf_stream, load_model_folder
+    from tests.shared_compose import compose_shipped
 
     init_world_of_one()
     want = _language_tensors(tiny_glm_checkpoint)
@@ -114,7 +114,7 @@ def test_streamed_sync_names_are_the_save_pretrained_key_set(tiny_glm_checkpoint
     load_model_folder(meg, str(tiny_glm_checkpoint))
     names = [n for n, _ in hf_stream(meg)]
     assert len(names) == len(set(names)) and set(names) == set(want)
-    cfg = compose(["model=tiny", f"model.hf_path={tiny_glm_checkpoint}"]).config
+    cfg = compose_shipped(["model=tiny", f"model.hf_path={tiny_glm_checkpoint}"]).config
     hf_state = checkpoint_state(build_hf(cfg.model, pad_id=0, seed=0))
     assert set(hf_state) == set(want) and all(torch.equal(hf_state[n], want[n]) for n in want)
 

@@ -14,7 +14,6 @@ LENGTHS = [30, 50]
 
 
 def _models(shared: bool):
-    from launcher.config.compose import compose
     from launcher.workers.hf.model import build_model as build_hf
     from launcher.workers.hf.model import checkpoint_state
     from launcher.workers.hf.names import model_state
@@ -22,9 +21,10 @@ def _models(shared: bool):
     from model.megatron.lora import apply_lora
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import export_hf_state, load_hf_state
+    from tests.shared_compose import compose_shipped
 
     init_world_of_one()
-    cfg = compose(["model=tiny"]).config
+    cfg = compose_shipped(["model=tiny"]).config
     hf = build_hf(cfg.model, pad_id=0, seed=0)
     meg = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), "cpu")
     load_hf_state(meg, checkpoint_state(hf))
@@ -81,16 +81,16 @@ def test_lora_grads_match_hf_full_weight_grads(shared):
 def test_merged_stream_equals_the_whole_stack_merge_bitwise(shared, monkeypatch):
     """hf_stream merges an unsplit expert stack one expert at a time (no copy of the stack):
     the same bf16 values, names and order as splitting LoraGrouped.merged_weight."""
-    from launcher.config.compose import compose
     from model.megatron.build import build_model
     from model.megatron.lora import LoraGrouped, apply_lora
     from model.megatron.mapping import split
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import hf_stream
     from model.names import EXPERTS, name_table
+    from tests.shared_compose import compose_shipped
 
     init_world_of_one()
-    cfg = compose(["model=tiny", "model.dtype=bfloat16"]).config
+    cfg = compose_shipped(["model=tiny", "model.dtype=bfloat16"]).config
     meg = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype), "cpu")
     apply_lora(meg, ["linear_fc1", "linear_fc2"], rank=4, alpha=8.0, share_expert_adapters=shared, expert_rank=2)
     gen = torch.Generator().manual_seed(5)

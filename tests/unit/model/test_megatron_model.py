@@ -16,15 +16,15 @@ LENGTHS = [40, 23, 64]
 
 @pytest.fixture(scope="module")
 def models():
-    from launcher.config.compose import compose
     from launcher.workers.hf.model import build_model as build_hf
     from launcher.workers.hf.model import checkpoint_state
     from model.megatron.build import build_model
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import load_hf_state
+    from tests.shared_compose import compose_shipped
 
     init_world_of_one()
-    cfg = compose(["model=tiny"]).config
+    cfg = compose_shipped(["model=tiny"]).config
     hf = build_hf(cfg.model, pad_id=0, seed=0).eval()
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
@@ -136,16 +136,16 @@ def test_shared_indexer_layer_matches_hf_and_survives_recompute():
     top-k reuse). Logits match HF per sequence, the weights round-trip (no indexer of its
     own), and full-layer recompute gives the same gradients: the relayed masks are captured
     at forward time, not re-read when backward recomputes the layer."""
-    from launcher.config.compose import compose
     from launcher.workers.hf.model import build_model as build_hf
     from launcher.workers.hf.model import checkpoint_state
     from model.megatron import full_logits, token_logprobs
     from model.megatron.build import build_model
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import export_hf_state, load_hf_state
+    from tests.shared_compose import compose_shipped
 
     init_world_of_one()
-    cfg = compose(SHARED_INDEXER).config
+    cfg = compose_shipped(SHARED_INDEXER).config
     hf = build_hf(cfg.model, pad_id=0, seed=0).eval()
     assert _hf_layers(hf)[2].self_attn.indexer is None
     spec = ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype)
@@ -167,9 +167,9 @@ def test_shared_indexer_layer_matches_hf_and_survives_recompute():
 
 
 def test_shared_indexer_without_a_full_neighbour_is_refused():
-    from launcher.config.compose import compose
     from model.megatron.spec import ModelSpec
+    from tests.shared_compose import compose_shipped
 
-    cfg = compose(["model=tiny", "model.arch.indexer_types=[full,full,full,shared]"]).config
+    cfg = compose_shipped(["model=tiny", "model.arch.indexer_types=[full,full,full,shared]"]).config
     with pytest.raises(ValueError, match=r"indexer_types\[3\]='shared' needs layer 2"):
         ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype)

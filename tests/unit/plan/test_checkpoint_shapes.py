@@ -8,23 +8,23 @@ import shutil
 
 import pytest
 
-from launcher.config.compose import compose
 from launcher.plan.params import count_params
 from launcher.plan.shapes import LM, checkpoint_shapes
 from launcher.validate.rules.shards import shard_shapes_match
+from tests.shared_compose import compose_shipped
 
 
 @pytest.mark.parametrize("descriptor", ["tiny", "glm5_3_flash_4layer", "glm5_3_flash"])
 def test_the_shapes_add_up_to_the_parameter_count(descriptor):
     """Plus one correction bias per router: a buffer save_pretrained writes, not a parameter."""
-    a = compose(["recipe=tiny_grpo", f"model={descriptor}"]).config.model.arch
+    a = compose_shipped(["recipe=tiny_grpo", f"model={descriptor}"]).config.model.arch
     routers = sum(name.endswith("mlp.gate.e_score_correction_bias") for name in checkpoint_shapes(a))
     numel = sum(math.prod(shape) for shape in checkpoint_shapes(a).values())
     assert numel == count_params(a).total + routers * a.n_routed_experts
 
 
 def test_a_model_type_without_a_table_has_no_shapes():
-    assert checkpoint_shapes(compose(["recipe=tiny_qwen3_vllm"]).config.model.arch) == {}
+    assert checkpoint_shapes(compose_shipped(["recipe=tiny_qwen3_vllm"]).config.model.arch) == {}
 
 
 def _headers(folder) -> dict[str, tuple[int, ...]]:
@@ -38,7 +38,7 @@ def _headers(folder) -> dict[str, tuple[int, ...]]:
 
 @pytest.mark.slow
 def test_the_table_is_what_save_pretrained_writes(tiny_glm_checkpoint):
-    cfg = compose(["recipe=tiny_grpo", f"model.hf_path={tiny_glm_checkpoint}"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", f"model.hf_path={tiny_glm_checkpoint}"]).config
     language = {k: v for k, v in _headers(tiny_glm_checkpoint).items() if k.startswith(LM) or k == "lm_head.weight"}
     assert language == checkpoint_shapes(cfg.model.arch)
     assert list(shard_shapes_match(cfg, None)) == []
@@ -56,6 +56,6 @@ def test_a_shard_rewritten_with_a_wrong_shape_is_named(tiny_glm_checkpoint, tmp_
     tensors = load_file(shard)
     tensors[name] = tensors[name][:, :60].copy()
     save_file(tensors, shard, metadata={"format": "pt"})
-    (found,) = shard_shapes_match(compose(["recipe=tiny_grpo", f"model.hf_path={folder}"]).config, None)
+    (found,) = shard_shapes_match(compose_shipped(["recipe=tiny_grpo", f"model.hf_path={folder}"]).config, None)
     assert found.key == "model.hf_path" and found.severity == "error"
     assert f"{shard.name} holds {name} as [32, 60], config.json gives [32, 64]" in found.message

@@ -3,16 +3,16 @@
 section 5, incident 10), and the other way round."""
 import pytest
 
-from launcher.config.compose import compose
 from launcher.plan.replan import replan_keeping
 from launcher.validate import plan_and_check
+from tests.shared_compose import compose_shipped
 
 DAPO_3_NODES = ("recipe=dapo_sync", "cluster=b300x3", "inference.engines=3")
 
 
 def test_replan_three_to_two_nodes(point):
     # the 3-node recipe on the 2 healthy nodes, re-planned keeping 1536 sequences per step
-    composed = compose(["recipe=dapo_sync", "cluster=b300x2", "inference.engines=3"])
+    composed = compose_shipped(["recipe=dapo_sync", "cluster=b300x2", "inference.engines=3"])
     adjusted, findings, plan = replan_keeping(composed, ["sequences_per_step"], plan_and_check)
     assert [f for f in findings if f.severity == "error"] == []
     assert adjusted.config.inference.engines == 2
@@ -41,7 +41,7 @@ def test_replan_on_three_nodes_sets_three_engines(cli, tmp_path):
 
 def test_replan_changes_samples_when_they_cannot_divide(point):
     # 192 prompts x 8 samples = 1536 on 3 nodes: mini 32 x 8 = 256 does not divide dp 12
-    composed = compose([*DAPO_3_NODES, "algorithm.samples_per_prompt=8", "algorithm.prompts_per_step=192"])
+    composed = compose_shipped([*DAPO_3_NODES, "algorithm.samples_per_prompt=8", "algorithm.prompts_per_step=192"])
     assert "BATCH001" in {f.id for f in plan_and_check(composed)[0]}
     adjusted, findings, plan = replan_keeping(composed, ["sequences_per_step"], plan_and_check)
     assert "BATCH001" not in {f.id for f in findings}

@@ -2,13 +2,13 @@
 how many steps' worth the loop holds, and the plan table that prints them."""
 import pytest
 
-from launcher.config.compose import compose
 from launcher.plan import make_plan
 from launcher.plan.render import plan_tables
+from tests.shared_compose import compose_shipped
 
 
 def _plan(*overrides):
-    return make_plan(compose(list(overrides)).config)
+    return make_plan(compose_shipped(list(overrides)).config)
 
 
 def test_glm5_3_flash_routes_per_token_and_step():

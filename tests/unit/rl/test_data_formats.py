@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.driver.data import DataError, PromptStream, load_problems
 from launcher.rl.prompts import GSM8K_INSTRUCTION
 from launcher.rl.tasks import TASKS
 from launcher.rl.tokenizer import CharTokenizer, HfTokenizer
+from tests.shared_compose import compose_shipped
 
 ROOT = Path(__file__).resolve().parents[3]
 GSM8K_ANSWERS = [re.search(r"#### (.+)", json.loads(line)["answer"]).group(1).replace(",", "")
@@ -40,7 +40,7 @@ RESPONSE = {"gsm8k": "so the total is this.\n#### {}", "dapo_math": "work...\nAn
 
 def _data(*overrides: str):
     """tiny_grpo's data section (synthetic, no file) with `overrides`."""
-    return compose(["recipe=tiny_grpo", *overrides]).config.data
+    return compose_shipped(["recipe=tiny_grpo", *overrides]).config.data
 
 
 def _sample_cfg(name: str, *extra: str):
@@ -214,7 +214,7 @@ def test_hf_sampling_stops_at_any_eos_id(stop):
 def test_hf_engine_takes_the_checkpoints_eos_ids(tiny_glm_checkpoint):
     from launcher.workers import engine_class
 
-    cfg = compose(["recipe=tiny_grpo", f"model.hf_path={tiny_glm_checkpoint}"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", f"model.hf_path={tiny_glm_checkpoint}"]).config
     assert engine_class("hf")(ActorSpec.planned(cfg, 0)).eos_ids == (0, 4, 6)
 
 
@@ -229,7 +229,7 @@ def test_vllm_requests_stop_on_every_eos_id(tiny_glm_checkpoint, monkeypatch):
             self.eos_id, self.model_dir_eos = eos_id, eos_id
 
     monkeypatch.setattr(vllm_engine, "VllmEngine", FakeEngine)
-    cfg = compose(["recipe=tiny_qwen3_vllm", f"model.hf_path={tiny_glm_checkpoint}"]).config
+    cfg = compose_shipped(["recipe=tiny_qwen3_vllm", f"model.hf_path={tiny_glm_checkpoint}"]).config
     engine = VllmInference(ActorSpec.planned(cfg, 0)).engine
     assert engine.model_dir_eos == 0 and stop_ids(engine.eos_id) == [0, 4, 6]
     assert stop_ids(7) == [7]

@@ -5,13 +5,13 @@ import math
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.messages import GenerationRequest, SamplingParams, TrainShard
 from launcher.contract.spec import ActorSpec
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.off_policy import Bounds, OffPolicy
 from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
+from tests.shared_compose import compose_shipped
 
 OLD_BT = torch.tensor([[0.0, -1.0, -2.0, 0.0], [-0.5, -0.5, 0.0, 0.0]])
 ROLLOUT_BT = torch.tensor([[-1.0, -1.0, -1.0, 0.0], [-0.5, -0.6, 0.0, 0.0]])
@@ -20,7 +20,7 @@ MASK_BT = torch.tensor([[True, True, True, False], [True, True, False, False]])
 
 def test_default_is_the_former_token_tis():
     """Every recipe kept the token TIS it had (cap 2.0, the former grpo.IS_WEIGHT_CAP)."""
-    algorithm = make_algorithm(compose(["recipe=tiny_grpo"]).config.algorithm)
+    algorithm = make_algorithm(compose_shipped(["recipe=tiny_grpo"]).config.algorithm)
     assert algorithm.off_policy == OffPolicy(Bounds("truncate", None, 2.0), Bounds("off"))
     weight_BT, masked_BT = OffPolicy().weights(OLD_BT, ROLLOUT_BT, MASK_BT)
     expected_BT = torch.exp(OLD_BT - ROLLOUT_BT).clamp(max=2.0) * MASK_BT
@@ -58,14 +58,15 @@ def test_masks_drop_tokens_and_whole_sequences():
 
 
 def test_config_block_reaches_the_algorithm():
-    cfg = compose(["recipe=tiny_dapo_async", "algorithm.off_policy.token.mode=mask", "algorithm.off_policy.token.lower=0.5",
-                   "algorithm.off_policy.token.upper=5", "algorithm.off_policy.sequence.mode=reject",
-                   "algorithm.off_policy.sequence.lower=0.999", "algorithm.off_policy.sequence.upper=1.001"]).config
+    cfg = compose_shipped(["recipe=tiny_dapo_async", "algorithm.off_policy.token.mode=mask",
+                           "algorithm.off_policy.token.lower=0.5", "algorithm.off_policy.token.upper=5",
+                           "algorithm.off_policy.sequence.mode=reject", "algorithm.off_policy.sequence.lower=0.999",
+                           "algorithm.off_policy.sequence.upper=1.001"]).config
     assert make_algorithm(cfg.algorithm).off_policy == OffPolicy(Bounds("mask", 0.5, 5.0), Bounds("reject", 0.999, 1.001))
 
 
 def _trainer_and_shard(*overrides):
-    cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=4", *overrides]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "algorithm.max_response_len=4", *overrides]).config
     trainer, engine = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1)), engine_class("hf")(ActorSpec.planned(cfg, 0))
     sync_in_process(trainer, [engine], 0, with_base=True)
     prompts = [[5, 6, 7]] * 4

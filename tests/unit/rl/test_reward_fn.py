@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from launcher.config.compose import compose
 from launcher.rl.reward_fn import (
     LOGGED_ERRORS,
     RewardFnError,
@@ -20,6 +19,7 @@ from launcher.rl.reward_fn import (
     make_scorer,
 )
 from launcher.rl.tasks import TASKS, Problem
+from tests.shared_compose import compose_shipped
 
 REWARDS = textwrap.dedent('''
     import time
@@ -88,7 +88,7 @@ def test_custom_reward_through_score_group(rewards_module):
     from launcher.rl.algorithm import make_algorithm
     from launcher.rl.tokenizer import CharTokenizer
 
-    cfg = compose(["recipe=tiny_grpo", "data.reward_fn=user_rewards:verl_style"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "data.reward_fn=user_rewards:verl_style"]).config
     scorer = make_scorer(cfg.data)
     tok = CharTokenizer(64)
     problem = Problem("c57=", "57", extra_info={"index": 4})
@@ -114,7 +114,7 @@ def test_custom_reward_errors_are_counted_in_step_metrics(rewards_module):
     from launcher.rl.algorithm import make_algorithm
     from launcher.rl.tokenizer import CharTokenizer
 
-    cfg = compose(["recipe=tiny_grpo", "data.reward_fn=user_rewards:flaky"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "data.reward_fn=user_rewards:flaky"]).config
     log = io.StringIO()
     scorer = RewardScorer(TASKS.get(cfg.data.task), cfg.data.reward_fn, log=log)
     tok = CharTokenizer(64)
@@ -221,7 +221,7 @@ def test_builtin_scorer_that_raises_is_counted(monkeypatch):
 ])
 def test_bad_reward_fn_fails_when_the_run_starts(rewards_module, spec, message):
     with pytest.raises(RewardFnError, match="data.reward_fn") as err:
-        make_scorer(compose(["recipe=tiny_grpo", f"data.reward_fn={spec}"]).config.data)
+        make_scorer(compose_shipped(["recipe=tiny_grpo", f"data.reward_fn={spec}"]).config.data)
     assert message in str(err.value) and repr(spec) in str(err.value)
 
 
@@ -241,7 +241,7 @@ EXPLODES = "open({marker!r}, 'w').write('imported')\nraise SystemExit('user code
 def _rule(spec: str) -> list:
     from launcher.validate.rules.data import reward_fn_found
 
-    return list(reward_fn_found(compose(["recipe=tiny_grpo", f"data.reward_fn={spec}"]).config, None))
+    return list(reward_fn_found(compose_shipped(["recipe=tiny_grpo", f"data.reward_fn={spec}"]).config, None))
 
 
 @pytest.mark.slow
@@ -305,6 +305,6 @@ def test_the_import_check_never_imports_into_validates_process(tmp_path, monkeyp
     (tmp_path / "child_only_rewards.py").write_text(EXPLODES.format(marker=str(marker)))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    (found,) = reward_fn_loads(compose(["recipe=tiny_grpo", "data.reward_fn=child_only_rewards:fn"]).config, None)
+    (found,) = reward_fn_loads(compose_shipped(["recipe=tiny_grpo", "data.reward_fn=child_only_rewards:fn"]).config, None)
     assert found.id == "DATA010" and "SystemExit: user code ran" in found.message
     assert marker.exists() and "child_only_rewards" not in sys.modules

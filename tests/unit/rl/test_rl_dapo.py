@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.dapo import has_signal, overlong_penalty_B
+from tests.shared_compose import compose_shipped
 
 
 def test_overlong_penalty_is_linear_inside_the_buffer():
@@ -25,7 +25,7 @@ def test_groups_with_identical_rewards_have_no_signal():
 
 
 def test_dapo_from_recipe_filters_and_shapes():
-    cfg = compose(["recipe=tiny_dapo_async", "algorithm.overlong.buffer_len=1"]).config
+    cfg = compose_shipped(["recipe=tiny_dapo_async", "algorithm.overlong.buffer_len=1"]).config
     dapo = make_algorithm(cfg.algorithm)
     assert not dapo.keep_group(torch.tensor([1.0, 1.0]))
     assert dapo.keep_group(torch.tensor([1.0, 0.0]))
@@ -34,7 +34,7 @@ def test_dapo_from_recipe_filters_and_shapes():
 
 
 def test_grpo_keeps_every_group_and_leaves_rewards_alone():
-    grpo = make_algorithm(compose([]).config.algorithm)
+    grpo = make_algorithm(compose_shipped([]).config.algorithm)
     assert grpo.keep_group(torch.tensor([1.0, 1.0]))
     assert grpo.shape_rewards(torch.tensor([1.0]), torch.tensor([99])).tolist() == [1.0]
 
@@ -48,8 +48,8 @@ def test_step_metrics_count_truncated_and_penalised_responses():
     from launcher.rl.tasks import TASKS, Problem
     from launcher.rl.tokenizer import CharTokenizer
 
-    cfg = compose(["recipe=tiny_dapo_async", "algorithm.max_response_len=4", "algorithm.overlong.buffer_len=1",
-                   "algorithm.overlong.penalty=0.5"]).config
+    cfg = compose_shipped(["recipe=tiny_dapo_async", "algorithm.max_response_len=4", "algorithm.overlong.buffer_len=1",
+                           "algorithm.overlong.penalty=0.5"]).config
     tok = CharTokenizer(64)
     responses = [tok.encode("57") + [tok.eos_id], tok.encode("5777"), tok.encode("5778")]
     gen = Generation(tokens=responses, logprobs=[[0.0] * len(r) for r in responses],

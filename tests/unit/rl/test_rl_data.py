@@ -5,12 +5,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from launcher.config.compose import compose
 from launcher.driver.checkpoint import Checkpointer, DriverState, ResumeError, resolve_resume
 from launcher.driver.data import PromptStream
 from launcher.registry import Registry, UnknownNameError
 from launcher.rl.tokenizer import EOS_ID, UNK_TEXT, CharTokenizer
 from launcher.workers import engine_class, trainer_class
+from tests.shared_compose import compose_shipped
 
 
 def test_char_tokenizer_round_trip_and_visible_unknowns():
@@ -24,7 +24,7 @@ def test_char_tokenizer_round_trip_and_visible_unknowns():
 
 
 def test_synthetic_stream_is_a_function_of_position():
-    data = compose(["recipe=tiny_grpo"]).config.data
+    data = compose_shipped(["recipe=tiny_grpo"]).config.data
     stream = PromptStream(data, seed=3, tokenizer=CharTokenizer(64))
     assert stream.take(5, 3) == [stream.problem(5), stream.problem(6), stream.problem(7)]
     assert stream.take(0, 4) == PromptStream(data, 3, CharTokenizer(64)).take(0, 4)
@@ -32,9 +32,9 @@ def test_synthetic_stream_is_a_function_of_position():
 
 def _data_cfg(path, **extra):
     # No instruction: these tests check the file's own prompt text.
-    cfg = compose(["recipe=tiny_grpo", "data.task=gsm8k", f"data.train_path={path}", "data.prompt_key=question",
-                   "data.instruction=",
-                   "data.max_prompt_len=512"]).config.data
+    cfg = compose_shipped(["recipe=tiny_grpo", "data.task=gsm8k", f"data.train_path={path}", "data.prompt_key=question",
+                           "data.instruction=",
+                           "data.max_prompt_len=512"]).config.data
     for key, value in extra.items():
         setattr(cfg, key, value)
     return cfg
@@ -63,7 +63,7 @@ def test_missing_column_and_long_prompts(tmp_path):
 
 def test_shipped_samples_load():
     for recipe in ("gsm8k_grpo", "dapo_async"):
-        data = compose([f"recipe={recipe}"]).config.data
+        data = compose_shipped([f"recipe={recipe}"]).config.data
         stream = PromptStream(data, 0, CharTokenizer(64))
         assert len(stream.problems) >= 30
         # the response a model following the task's instruction writes (gsm8k answers are the number after ####)
@@ -141,7 +141,7 @@ def test_default_recipe_prompts_carry_the_shipped_tokenizers_chat_template():
     tokenizer's generation_config eos ids."""
     from launcher.rl.tokenizer import make_tokenizer
 
-    cfg = compose(["recipe=tiny_grpo_chat"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo_chat"]).config
     tok = make_tokenizer(cfg.model)
     problem = PromptStream(cfg.data, 0, tok).problem(0)
     ids = tok.encode(problem.prompt)

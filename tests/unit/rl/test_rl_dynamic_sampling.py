@@ -3,7 +3,6 @@ dropped and regenerated from new prompts, at most max_regenerations extra rounds
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.driver.data import PromptStream
 from launcher.driver.loop_sync import fill_groups
@@ -13,6 +12,7 @@ from launcher.rl.dapo import has_signal
 from launcher.rl.tokenizer import CharTokenizer
 from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
+from tests.shared_compose import compose_shipped
 
 SAMPLES = 4
 
@@ -22,8 +22,8 @@ def has_signal_of(group) -> bool:
 
 
 def _setup(max_regenerations: int, *overrides: str):
-    cfg = compose(["recipe=tiny_dapo_async", f"algorithm.samples_per_prompt={SAMPLES}",
-                   f"algorithm.dynamic_sampling.max_regenerations={max_regenerations}", *overrides]).config
+    cfg = compose_shipped(["recipe=tiny_dapo_async", f"algorithm.samples_per_prompt={SAMPLES}",
+                           f"algorithm.dynamic_sampling.max_regenerations={max_regenerations}", *overrides]).config
     tok = CharTokenizer(64)
     engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
     # The engine starts empty: the run's first sync fills it, as here.

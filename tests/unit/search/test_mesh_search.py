@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config.compose import compose
 from launcher.plan import MODEL_PARTS, make_plan
 from launcher.search import search
 from launcher.search.enumerate import VARIED, VARIED_CONFIG, candidates
 from launcher.validate import check
 from launcher.validate.split import split_rules
+from tests.shared_compose import compose_shipped
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def dapo_sync_search():
-    return search(compose(["recipe=dapo_sync"]).config)
+    return search(compose_shipped(["recipe=dapo_sync"]).config)
 
 
 def _find(result, **mesh):
@@ -45,7 +45,7 @@ def test_every_listed_mesh_respects_the_model_rules(dapo_sync_search):
 
 def test_numbers_equal_the_planner(dapo_sync_search):
     (row,) = _find(dapo_sync_search, tp=2, ep=8, etp=1, inference_engines=2, inference_tp=8)
-    cfg = compose(["recipe=dapo_sync"]).config
+    cfg = compose_shipped(["recipe=dapo_sync"]).config
     plan = make_plan(cfg)
     assert not [f for f in check(cfg, plan) if f.severity == "error"]
     assert row.trainer_gib == pytest.approx(plan.memory.trainer.total_gib)
@@ -59,7 +59,7 @@ def test_ranked_by_estimated_step_time(dapo_sync_search):
 
 
 def test_async_layouts_use_only_inference_nodes():
-    result = search(compose(["recipe=dapo_async"]).config)
+    result = search(compose_shipped(["recipe=dapo_async"]).config)
     assert result.meshes
     assert all(p.inference_engines * p.inference_tp <= 8 and p.dp * p.tp <= 8 for p in result.meshes)
 
@@ -74,7 +74,7 @@ FIXED_FAILURES = ("algorithm.temperature=0", "trainer.recompute.granularity=full
                                        ("recipe=dapo_sync", "cluster=b300x2", *FIXED_FAILURES)],
                          ids=["dapo_sync", "dapo_async", "fixed_rules_fire"])
 def test_reused_findings_equal_a_full_validate_of_every_candidate(overrides):
-    cfg = compose(list(overrides)).config
+    cfg = compose_shipped(list(overrides)).config
     base = make_plan(cfg)
     rules = split_rules(cfg, base, VARIED)
     assert len(rules.fixed_ids) >= 25  # the search really skips them per candidate
@@ -99,7 +99,7 @@ def _leaves(obj, path: str):
 
 @pytest.mark.parametrize("recipe", ["dapo_sync", "dapo_async"])
 def test_candidates_differ_from_the_recipe_only_under_the_varied_paths(recipe):
-    cfg = compose([f"recipe={recipe}"]).config
+    cfg = compose_shipped([f"recipe={recipe}"]).config
     base = dict(_leaves(cfg, "cfg"))
     changed = set()
     for variant in candidates(cfg, make_plan(cfg)):

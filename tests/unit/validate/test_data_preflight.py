@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from launcher.config.compose import compose
 from launcher.rl.tokenizer import HfTokenizer, TemplateTokenizer
 from launcher.validate import plan_and_check
 from launcher.validate.report import findings_json
+from tests.shared_compose import compose_shipped
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY_TOKENIZER = str(ROOT / "data/tiny_tokenizer")
@@ -35,7 +35,7 @@ def _story(path: Path, *extra: str) -> list[str]:
 
 def test_story_every_prompt_too_long_is_an_error_with_file_numbers_and_fix(tmp_path):
     file = _verl_parquet(tmp_path / "train.parquet")
-    findings, plan = plan_and_check(compose(_story(file)))
+    findings, plan = plan_and_check(compose_shipped(_story(file)))
     (found,) = [f for f in findings if f.id == "DATA007"]
     assert found.severity == "error" and found.key == "data.max_prompt_len"
     for text in (f"data.train_path={file}", "no prompt fits", "64 of 64 sampled prompts", "data.max_prompt_len=48",
@@ -54,7 +54,7 @@ def test_some_prompts_too_long_is_a_warning_with_the_share(tmp_path):
     rows = [{"question": "what is 3 plus 4?" + " and 1" * (20 * (i % 4 == 0)), "answer": "#### 7"} for i in range(40)]
     file = tmp_path / "mixed.jsonl"
     file.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    findings, _ = plan_and_check(compose(_story(file, "data.prompt_key=question", "data.answer_key=answer",
+    findings, _ = plan_and_check(compose_shipped(_story(file, "data.prompt_key=question", "data.answer_key=answer",
                                                 "data.max_prompt_len=90")))
     (found,) = [f for f in findings if f.id == "DATA007"]
     assert found.severity == "warning"
@@ -63,23 +63,23 @@ def test_some_prompts_too_long_is_a_warning_with_the_share(tmp_path):
 
 def test_preflight_rows_bounds_the_sample_and_zero_turns_it_off(tmp_path):
     file = _verl_parquet(tmp_path / "train.parquet")
-    findings, _ = plan_and_check(compose(_story(file, "data.preflight_rows=10")))
+    findings, _ = plan_and_check(compose_shipped(_story(file, "data.preflight_rows=10")))
     assert findings.data["files"][0]["rows_sampled"] == 10 and findings.data["files"][0]["rows_in_file"] == 64
     assert "10 of 10 sampled prompts (the first 10 rows of 64)" in [f for f in findings if f.id == "DATA007"][0].message
-    findings, plan = plan_and_check(compose(_story(file, "data.preflight_rows=0")))
+    findings, plan = plan_and_check(compose_shipped(_story(file, "data.preflight_rows=0")))
     assert not [f for f in findings if f.id.startswith("DATA00") and f.id >= "DATA006"]
     assert "data" not in json.loads(findings_json(findings, plan.to_dict()))
 
 
 def test_synthetic_task_has_no_data_summary():
-    findings, plan = plan_and_check(compose(["recipe=tiny_grpo"]))
+    findings, plan = plan_and_check(compose_shipped(["recipe=tiny_grpo"]))
     assert findings.data is None and "data" not in json.loads(findings_json(findings, None))
 
 
 def test_malformed_json_line_is_named_by_line(tmp_path):
     file = tmp_path / "bad.jsonl"
     file.write_text(json.dumps({"question": "what is 1 plus 1?", "answer": "#### 2"}) + "\n{not json\n")
-    findings, _ = plan_and_check(compose(_story(file, "data.prompt_key=question", "data.answer_key=answer",
+    findings, _ = plan_and_check(compose_shipped(_story(file, "data.prompt_key=question", "data.answer_key=answer",
                                                 "data.max_prompt_len=200")))
     (found,) = [f for f in findings if f.id == "DATA009"]
     assert found.severity == "error" and f"{file}:2: malformed JSON" in found.message
@@ -103,9 +103,9 @@ def test_template_tokenizer_renders_and_counts_as_transformers_does():
     from launcher.driver.data import load_problems
     from launcher.validate.data_sample import data_sample
 
-    cfg = compose(["recipe=tiny_grpo", f"model.tokenizer_path={TINY_TOKENIZER}", "data.task=gsm8k",
-                   "data.train_path=data/verl_gsm8k_sample.parquet", "data.answer_key=reward_model.ground_truth",
-                   "data.system_prompt=be brief", "data.max_prompt_len=4096"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", f"model.tokenizer_path={TINY_TOKENIZER}", "data.task=gsm8k",
+                           "data.train_path=data/verl_gsm8k_sample.parquet", "data.answer_key=reward_model.ground_truth",
+                           "data.system_prompt=be brief", "data.max_prompt_len=4096"]).config
     sampled = data_sample(cfg).files[0].tokens
     assert sampled == [len(hf.encode(p.prompt)) for p in load_problems(cfg.data, hf, cfg.data.train_path)]
 

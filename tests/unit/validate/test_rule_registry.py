@@ -1,12 +1,12 @@
 """The rules live in the one registry form, and a rule's id is written once: at registration."""
 import pytest
 
-from launcher.config.compose import compose
 from launcher.plan import make_plan
 from launcher.registry import Registry
 from launcher.validate import RULES
 from launcher.validate.registry import Draft, rule
 from launcher.validate.rules.sequence import fits_model_len
+from tests.shared_compose import compose_shipped
 
 
 def test_a_duplicate_rule_id_raises_and_registers_nothing():
@@ -17,7 +17,7 @@ def test_a_duplicate_rule_id_raises_and_registers_nothing():
 
 
 def test_findings_get_the_registered_id_whether_checked_or_called():
-    cfg = compose(["recipe=dapo_sync", "inference.max_model_len=8192"]).config
+    cfg = compose_shipped(["recipe=dapo_sync", "inference.max_model_len=8192"]).config
     plan = make_plan(cfg)
     (called,) = fits_model_len(cfg, plan)
     (checked,) = RULES.get("SEQ001").fn(cfg, plan)

@@ -1,11 +1,11 @@
 """Rules run once for many candidates only when, run on the base, they read no varied path."""
 import pytest
 
-from launcher.config.compose import compose
 from launcher.errors import Finding
 from launcher.plan import make_plan
 from launcher.validate.registry import Rule
 from launcher.validate.split import split_rules
+from tests.shared_compose import compose_shipped
 
 VARIED = ("cfg.trainer.mesh", "cfg.inference.tp", "plan.mesh")
 FOUND = Finding("T", "warning", "k", "m", "w", "f")
@@ -21,7 +21,7 @@ def _rule(rule_id: str, reads) -> Rule:
 
 @pytest.fixture(scope="module")
 def point():
-    cfg = compose(["recipe=dapo_sync"]).config
+    cfg = compose_shipped(["recipe=dapo_sync"]).config
     return cfg, make_plan(cfg)
 
 

@@ -6,13 +6,13 @@ tests/gpu/test_ipc_sync_gpu.py."""
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.plan.sync import SyncTransport, bucketed_seconds, sync_transport, transfer_buffer_bytes
 from launcher.weight_sync.messages import IpcBuffer
 from launcher.weight_sync.pump import stream_weights
 from launcher.weight_sync.transports.cuda_ipc import PackedBucket, unpack
 from launcher.workers import trainer_class
+from tests.shared_compose import compose_shipped
 
 GPU_HF = ["recipe=tiny_grpo", "cluster=h200x1", "inference.backend=hf", "inference.engines=1", "placement.mode=colocated"]
 
@@ -20,7 +20,7 @@ GPU_HF = ["recipe=tiny_grpo", "cluster=h200x1", "inference.backend=hf", "inferen
 @pytest.fixture(scope="module")
 def tiny():
     """(config, hf trainer rank) of the default tiny recipe on this CPU."""
-    cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config
     return cfg, trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
 
 

@@ -11,12 +11,12 @@ import shutil
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.plan import make_plan
 from launcher.plan.sync import SyncTransport
 from launcher.weight_sync.push import engines_hold_base, sync_weights
 from launcher.workers import engine_class, trainer_class
+from tests.shared_compose import compose_shipped
 
 ADAPTER = ["recipe=tiny_grpo", "trainer.lora.rank=4", "trainer.lora.alpha=8",
            "trainer.lora.targets=[linear_proj,q_proj,linear_fc1]", "trainer.lora.merge=false"]
@@ -57,7 +57,7 @@ class _InProcess:
 
 
 def _config(hf_path, *extra):
-    return compose([f"model.hf_path={hf_path}", *ADAPTER, *extra]).config
+    return compose_shipped([f"model.hf_path={hf_path}", *ADAPTER, *extra]).config
 
 
 def _hold_base(engines, cfg) -> bool:
@@ -102,7 +102,7 @@ def test_the_base_is_sent_when_the_engines_lack_it(tiny_glm_checkpoint, tmp_path
     index["metadata"] = {**index.get("metadata", {}), "note": "another base"}
     (other / "model.safetensors.index.json").write_text(json.dumps(index))
     assert not _hold_base(_InProcess([engine]), _config(other))  # same path layout, other sha256
-    random_init = compose(ADAPTER).config
+    random_init = compose_shipped(ADAPTER).config
     assert not _hold_base(_InProcess([engine_class("hf")(ActorSpec.planned(random_init, 0))]), random_init)
     engine.sleep(2)  # dropped its weights
     assert not _hold_base(_InProcess([engine]), cfg)

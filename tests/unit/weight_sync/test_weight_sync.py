@@ -6,7 +6,6 @@ import weakref
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.messages import GenerationRequest, SamplingParams
 from launcher.contract.spec import ActorSpec
 from launcher.plan.sync import MAX_BUCKETS_ALIVE, SyncTransport
@@ -17,6 +16,7 @@ from launcher.weight_sync.push import check_pending
 from launcher.weight_sync.transports.base import nbytes
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.model import checkpoint_state, language_state
+from tests.shared_compose import compose_shipped
 
 BOUND = 160 << 10  # the tiny model is ~1.3 MiB in 112 tensors of <= 128 KiB: ~9 buckets
 LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.targets=[linear_proj,q_proj,linear_fc1]"]
@@ -34,7 +34,7 @@ def test_buckets_are_bounded_ordered_complete_and_of_one_kind():
 
 
 def _trainer(*overrides, rank=0):
-    cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=3", *overrides]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "algorithm.max_response_len=3", *overrides]).config
     return cfg, trainer_class("hf")(ActorSpec.planned(cfg, rank, 1))
 
 

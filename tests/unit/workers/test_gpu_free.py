@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.workers.gpu_free import GIB, GpuBusyError, check_gpu_free, need_gib
+from tests.shared_compose import compose_shipped
 
 SLICE4 = ["recipe=tiny_grpo_chat", "model=glm5_3_flash_4layer", "cluster=h200x1", "inference.engines=1",
           "trainer.backend=megatron", "model.dtype=bfloat16", "trainer.lora.rank=16"]
@@ -19,7 +19,7 @@ RUN_BOARD = object()
 
 
 def _spec(*overrides: str, board=RUN_BOARD) -> ActorSpec:
-    return dataclasses.replace(ActorSpec.planned(compose([*SLICE4, *overrides]).config), board=board)
+    return dataclasses.replace(ActorSpec.planned(compose_shipped([*SLICE4, *overrides]).config), board=board)
 
 
 def _gpu(monkeypatch, free_gib: float, total_gib: float = 139.8, holders: str = "") -> None:

@@ -2,19 +2,19 @@
 LoRA, adapter), checkpoints, sleep/wake and seeded sampling."""
 import pytest
 
-from launcher.config.compose import compose
 from launcher.contract.messages import GenerationRequest, SamplingParams, TrainShard
 from launcher.contract.spec import ActorSpec
 from launcher.weight_sync.messages import WeightUpdate
 from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
+from tests.shared_compose import compose_shipped
 
 PROMPTS = [[5, 6, 7]] * 4 + [[8, 9]] * 4
 LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.targets=[linear_proj,q_proj,linear_fc1]"]
 
 
 def _pair(overrides):
-    cfg = compose(overrides + ["algorithm.max_response_len=3"]).config
+    cfg = compose_shipped(overrides + ["algorithm.max_response_len=3"]).config
     trainer, engine = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1)), engine_class("hf")(ActorSpec.planned(cfg, 0))
     sync_in_process(trainer, [engine], 0, with_base=True)
     return trainer, engine
@@ -75,7 +75,8 @@ def test_checkpoint_round_trip_continues_identically(tmp_path):
     trainer.train_step(shard)
     trainer.save_checkpoint(str(tmp_path))
     expected = trainer.train_step(shard)
-    fresh = trainer_class("hf")(ActorSpec.planned(compose(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config, 0, 1))
+    cfg = compose_shipped(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config
+    fresh = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
     fresh.load_checkpoint(str(tmp_path))
     assert fresh.train_step(shard) == expected
 
@@ -107,7 +108,7 @@ def test_sleep_level_two_needs_a_weight_update():
 
 def test_hf_engine_refuses_tensor_parallel():
     with pytest.raises(ValueError, match="inference.tp=2"):
-        engine_class("hf")(ActorSpec.planned(compose(["inference.tp=2"]).config, 0))
+        engine_class("hf")(ActorSpec.planned(compose_shipped(["inference.tp=2"]).config, 0))
 
 
 def test_entropy_bonus_reaches_the_gradient():

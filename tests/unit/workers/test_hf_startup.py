@@ -6,12 +6,12 @@ import resource
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.messages import GenerationRequest, SamplingParams
 from launcher.contract.spec import ActorSpec
 from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.model import VISION_PREFIX, build_model, drop_parameters, materialize
+from tests.shared_compose import compose_shipped
 
 PROMPTS = [[5, 6, 7], [8, 9]]
 
@@ -33,7 +33,7 @@ def init_calls(monkeypatch):
 
 
 def _engine(*overrides):
-    cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=3", *overrides]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "algorithm.max_response_len=3", *overrides]).config
     return cfg, engine_class("hf")(ActorSpec.planned(cfg, 0))
 
 
@@ -48,7 +48,7 @@ def test_an_engine_filled_by_sync_initializes_and_allocates_nothing(init_calls):
 
 def test_the_init_counter_sees_a_random_init(init_calls):
     """The counter above is live: a trainer's random init does call it."""
-    cfg = compose(["recipe=tiny_grpo"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo"]).config
     trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
     assert len(init_calls) > 10
 
@@ -68,7 +68,7 @@ def test_after_the_first_sync_the_engine_serves_the_trainers_weights():
 
 
 def test_materialize_and_drop_keep_buffers_and_ties():
-    cfg = compose(["recipe=tiny_grpo", "model=tiny_qwen3", "model.arch.tie_word_embeddings=true"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "model=tiny_qwen3", "model.arch.tie_word_embeddings=true"]).config
     model = build_model(cfg.model, 0, 0, empty=True)
     buffers = {n: b.clone() for n, b in model.named_buffers()}
     assert buffers and all(not b.is_meta for b in buffers.values())  # rotary inv_freq, non-persistent
@@ -84,7 +84,7 @@ def test_materialize_and_drop_keep_buffers_and_ties():
 def test_the_real_width_slice_builds_empty_without_memory(init_calls):
     """glm5_3_flash_4layer: 23.8B parameters (44 GiB in bf16) that the old CPU init filled in
     9 minutes; built empty it takes no parameter memory."""
-    cfg = compose(["recipe=tiny_grpo", "model=glm5_3_flash_4layer", "model.dtype=bfloat16"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "model=glm5_3_flash_4layer", "model.dtype=bfloat16"]).config
     before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     model = build_model(cfg.model, 0, 0, empty=True)
     grown_gib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kib) / 2**20

@@ -3,17 +3,17 @@ a checkpoint tensor fails finish_weight_update, naming a few; a complete one pas
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.weight_sync.manifest import SyncManifest
 from launcher.weight_sync.messages import WeightBucket, WeightUpdate
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.model import checkpoint_state
+from tests.shared_compose import compose_shipped
 
 
 @pytest.fixture(scope="module")
 def pair():
-    cfg = compose(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config
     trainer = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
     return cfg, list(checkpoint_state(trainer.model).items())
 

@@ -31,12 +31,12 @@ POOLS, KPOOL, LENGTH = 4, 2, 24
 @pytest.fixture(scope="module")
 def base():
     """The model without hooks (each test hooks a copy); one thread: its matmuls are too small to split."""
-    from launcher.config.compose import compose
     from launcher.workers.hf.model import build_model
+    from tests.shared_compose import compose_shipped
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield build_model(compose(ARCH).config.model, pad_id=0, seed=0).eval()
+    yield build_model(compose_shipped(ARCH).config.model, pad_id=0, seed=0).eval()
     torch.set_num_threads(threads)
 
 

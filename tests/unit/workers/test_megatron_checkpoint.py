@@ -192,14 +192,14 @@ def test_damaged_or_missing_file_is_named(tmp_path):
 # ---------------------------------------------------------------- resharding (two CPU processes)
 
 def _model_and_optimizer(mesh, lora: bool):
-    from launcher.config.compose import compose
     from model.megatron.build import build_model, init_parallel
     from model.megatron.init import init_adapters, init_weights
     from model.megatron.lora import apply_lora
     from model.megatron.spec import ModelSpec
+    from tests.shared_compose import compose_shipped
 
     init_parallel(*mesh)
-    cfg = compose(["model=tiny"]).config
+    cfg = compose_shipped(["model=tiny"]).config
     model = build_model(ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype, pad_token_id=0), "cpu")
     init_weights(model, seed=0)
     if lora:

@@ -20,18 +20,18 @@ LENGTHS = [24, 17, 1]
 def models():
     """(engine hf model with its own selection, the trainer's hf weights in Megatron, the same
     with the attention recomputed in backward)."""
-    from launcher.config.compose import compose
     from launcher.workers.hf.indexer_topk import indexers
     from launcher.workers.hf.model import build_model as build_hf
     from launcher.workers.hf.model import checkpoint_state
     from model.megatron.build import build_model
     from model.megatron.spec import ModelSpec
     from model.megatron.weights import load_hf_state
+    from tests.shared_compose import compose_shipped
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     init_world_of_one()
-    cfg = compose(ARCH).config
+    cfg = compose_shipped(ARCH).config
     hf = build_hf(cfg.model, pad_id=0, seed=0).eval()
     spec = ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype)
     megatron = [build_model(spec, "cpu", recompute_modules=modules) for modules in (frozenset(), frozenset({"core_attn"}))]

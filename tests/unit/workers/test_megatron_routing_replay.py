@@ -15,12 +15,12 @@ PROMPTS = [[5, 6, 7]] * 4 + [[8, 9]] * 4
 
 
 def _run(replay: bool):
-    from launcher.config.compose import compose
     from launcher.workers.hf import HfEngine
     from launcher.workers.megatron import MegatronTrainer
+    from tests.shared_compose import compose_shipped
 
-    cfg = compose(["recipe=tiny_grpo", "trainer.backend=megatron", "algorithm.max_response_len=6",
-                   f"algorithm.routing_replay={replay}", "algorithm.routing_agreement=true"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "trainer.backend=megatron", "algorithm.max_response_len=6",
+                           f"algorithm.routing_replay={replay}", "algorithm.routing_agreement=true"]).config
     init_world_of_one()
     trainer = MegatronTrainer(ActorSpec.planned(cfg, 0, 1))
     trainer.init_distributed("127.0.0.1", 0)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.driver.data import PromptStream
 from launcher.driver.loop_sync import fill_groups
@@ -22,6 +21,7 @@ from launcher.rl.tokenizer import CharTokenizer
 from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
 from launcher.workers.hf.routing import ROUTE_DTYPE, routes_grid, to_routes
+from tests.shared_compose import compose_shipped
 
 SAMPLES = 4
 MOE_LAYERS, TOP_K = 3, 2  # model/descriptors/tiny.yaml: mlp [dense, sparse, sparse, sparse], top-2 of 8
@@ -58,9 +58,9 @@ class _InProcessTrainers:
 
 
 def _setup(replay: bool, bias_noise: float, *overrides):
-    cfg = compose(["recipe=tiny_dapo_async", f"algorithm.samples_per_prompt={SAMPLES}", "algorithm.max_response_len=6",
-                   "algorithm.dynamic_sampling.max_regenerations=1", f"algorithm.routing_replay={replay}",
-                   "algorithm.routing_agreement=true", *overrides]).config
+    cfg = compose_shipped(["recipe=tiny_dapo_async", f"algorithm.samples_per_prompt={SAMPLES}", "algorithm.max_response_len=6",
+                           "algorithm.dynamic_sampling.max_regenerations=1", f"algorithm.routing_replay={replay}",
+                           "algorithm.routing_agreement=true", *overrides]).config
     trainer, engine = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1)), engine_class("hf")(ActorSpec.planned(cfg, 0))
     sync_in_process(trainer, [engine], 0, with_base=True)
     noise = torch.Generator().manual_seed(0)
