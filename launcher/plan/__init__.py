@@ -22,7 +22,7 @@ from launcher.plan.placement import GpuSlot, PlacementPlan, plan_placement
 from launcher.plan.routes import RoutesPlan, plan_routes
 from launcher.plan.startup import StartupPlan, plan_startup
 from launcher.plan.sync import SyncPlan, plan_sync
-from launcher.plan.timing import TimingPlan, plan_timing
+from launcher.plan.timing import PINNED_OFFLOAD_GIB_PER_S, SWAP_OVERHEAD_S, TimingPlan, plan_timing, swap_s
 
 __all__ = ["Plan", "make_plan", "GpuSlot", "MODEL_PARTS"]
 
@@ -74,7 +74,13 @@ def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) 
     memory = plan_memory(cfg, params, mesh, lora, arch, log)
     sync = plan_sync(cfg, params, lora, mesh.trainer_gpus)
     log.add("sync.seconds", f"{sync.seconds:.1f}", f"{sync.gib_per_engine:.1f} GiB {sync.kind} over {sync.link}")
-    timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus)
+    colocated = memory.colocated is not None
+    offloaded = memory.host.offloaded_trainer_gib / cfg.cluster.gpus_per_node
+    swap = swap_s(offloaded, colocated)
+    if colocated:
+        log.add("timing.swap_s", f"{swap:.1f}", f"2 x {offloaded:.1f} GiB offloaded trainer per GPU at "
+                f"{PINNED_OFFLOAD_GIB_PER_S:g} GiB/s (pinned) + {SWAP_OVERHEAD_S:g} s wake, sleep and calls")
+    timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus, swap)
     log.add("timing.recommended_nccl_timeout_s", timing.recommended_nccl_timeout_s,
             f"{timing.longest_wait_phase} ~{timing.longest_wait_s:.0f} s x margin")
     startup = plan_startup(cfg, memory, sync)

@@ -59,6 +59,7 @@ def plan_tables(plan) -> str:
         ("export on disk", f"model {s.export_model_bytes / 2**30:,.2f} GiB" + (
             f", --adapter {s.export_adapter_bytes / 2**30:,.3f} GiB" if s.export_adapter_bytes else "")),
         ("generation phase", f"~{t.generation_s:,.0f} s"), ("log-prob pass", f"~{t.logprob_pass_s:,.0f} s"),
+        *([("colocated swap per step", f"~{t.swap_s:,.1f} s")] if t.swap_s else []),
         ("longest collective wait", f"~{t.longest_wait_s:,.0f} s ({t.longest_wait_phase})"),
         ("recommended nccl_timeout_s", t.recommended_nccl_timeout_s)]))
     if plan.routes.on:

@@ -24,6 +24,12 @@ LOGPROB_MFU = 0.15
 TRAIN_MFU = 0.2
 TIMEOUT_MARGIN = 2.0
 MIN_TIMEOUT_S = 600
+PINNED_OFFLOAD_GIB_PER_S = 51.0
+"""A colocated trainer's offload to (and reload from) its pinned host buffers once they exist:
+55 GB/s each way on the H200 (benchmarks/offload_bandwidth.py, docs/results.md)."""
+SWAP_OVERHEAD_S = 2.0
+"""The rest of a colocated swap: the engine's wake and sleep, cache releases, the Ray calls. The
+4-layer slice's steady steps spent 3.9-5.5 s of rollout outside generation, ~1.9 s of it copies."""
 
 
 @dataclass
@@ -35,6 +41,8 @@ class TimingPlan:
     longest_wait_s: float
     longest_wait_phase: str
     recommended_nccl_timeout_s: int
+    swap_s: float
+    """Colocated, per step: the trainer off the GPU and back, the engines woken and put to sleep."""
 
 
 def _generation_s(cfg: LauncherConfig, batch: BatchPlan, inf_mem: InferenceMemory) -> tuple[float, float]:
@@ -46,8 +54,13 @@ def _generation_s(cfg: LauncherConfig, batch: BatchPlan, inf_mem: InferenceMemor
     return step, waves * cfg.algorithm.max_response_len * step
 
 
+def swap_s(offloaded_gib_per_gpu: float, colocated: bool) -> float:
+    """Seconds per step of a colocated swap: the offload and the reload, and the fixed rest."""
+    return 2 * offloaded_gib_per_gpu / PINNED_OFFLOAD_GIB_PER_S + SWAP_OVERHEAD_S if colocated else 0.0
+
+
 def plan_timing(cfg: LauncherConfig, params: ParamCounts, batch: BatchPlan, inf_mem: InferenceMemory,
-                trainer_gpus: int) -> TimingPlan:
+                trainer_gpus: int, swap_seconds: float) -> TimingPlan:
     step, generation = _generation_s(cfg, batch, inf_mem)
     flops_per_s = max(trainer_gpus, 1) * cfg.cluster.gpu.bf16_tflops * 1e12
     passes = 2 if cfg.algorithm.kl_coef > 0 else 1
@@ -58,4 +71,5 @@ def plan_timing(cfg: LauncherConfig, params: ParamCounts, batch: BatchPlan, inf_
     phase, longest = max(phases.items(), key=lambda kv: kv[1])
     timeout = max(MIN_TIMEOUT_S, math.ceil(TIMEOUT_MARGIN * longest / 60) * 60)
     return TimingPlan(decode_step_s=step, generation_s=generation, logprob_pass_s=logprob, train_s=train,
-                      longest_wait_s=longest, longest_wait_phase=phase, recommended_nccl_timeout_s=timeout)
+                      longest_wait_s=longest, longest_wait_phase=phase, recommended_nccl_timeout_s=timeout,
+                      swap_s=swap_seconds)

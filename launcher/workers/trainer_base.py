@@ -38,8 +38,8 @@ from launcher.rl.tokenizer import make_tokenizer
 from launcher.weight_sync.export import StreamedExport
 from launcher.weight_sync.messages import WeightUpdate
 from launcher.workers.batch import ungrid
-from launcher.workers.loss import micro_loss
 from launcher.workers.gpu_free import check_gpu_free
+from launcher.workers.loss import micro_loss
 from launcher.workers.progress import Progress
 from launcher.workers.rendezvous import free_address
 
