@@ -28,12 +28,16 @@ def test_grpo_colocated_learns_and_tears_down(launch_run):
 
 def test_grpo_with_the_megatron_trainer_learns(launch_run):
     """`trainer.backend=megatron` from the command line: two Megatron ranks (DP2 over gloo
-    on the CPU) colocated with two hf engines, streamed weight sync every step."""
-    run = launch_run("grpo_megatron", ["trainer.backend=megatron", "run.steps=60", "checkpoint.every_steps=0"])
+    on the CPU) colocated with two hf engines, streamed weight sync every step.
+
+    lr 2e-3 (the recipe's 1e-3 doubled) learns in 40 steps what 1e-3 does in 60: improvement
+    0.48 at step 40 (seed 0) against 0.44 at step 60; a Megatron step is ~2.5 s of this machine."""
+    run = launch_run("grpo_megatron", ["trainer.backend=megatron", "run.steps=40", "trainer.optimizer.lr=2e-3",
+                                       "checkpoint.every_steps=0"])
     code, out, err = run.finish(timeout_s=900)
     assert code == 0, err[-3000:]
     metrics = run.metrics()
-    assert len(metrics) == 60
+    assert len(metrics) == 40
     assert improvement(metrics) > 0.2, [round(m["reward"], 3) for m in metrics]
     actors = json.loads((run.dir / "actors.json").read_text())
     assert sorted(a["role"] for a in actors) == ["engine", "engine", "trainer", "trainer"]

@@ -8,7 +8,8 @@ One folder, torch.distributed.checkpoint's format (DCP) plus two small JSON part
     integrity/rank<r>.json           size and crc32 of each file rank r wrote (workers/integrity.py)
 
 Keys. A later tool (`launcher export`) reads one whole tensor by key without a process
-group: `read_tensor(path, key)`, i.e. DCP's `load({key: empty(global shape)}, no_dist=True)`.
+group: `read_tensor(path, key)` (`read_tensors(path, keys)` for several in one load), i.e. DCP's
+`load({key: empty(global shape)}, no_dist=True)`.
     <name>                           model.named_parameters() names, which are
                                      model.megatron.mapping.name_table's first column for base
                                      weights; full fine-tuning adds persistent buffers
@@ -263,13 +264,20 @@ def load(path: str, model, optimizer, ident: dict) -> dict:
 def read_tensor(path: str, key: str) -> torch.Tensor:
     """One whole tensor of a checkpoint by key, in this process alone (no process group):
     what `launcher export` reads. Raises CheckpointError naming a missing key."""
+    return read_tensors(path, [key])[key]
+
+
+def read_tensors(path: str, keys: list[str]) -> dict[str, torch.Tensor]:
+    """`read_tensor` of several keys in one DCP load (one metadata read and plan, not one per key)."""
     metadata = read_dcp_metadata(path)
-    md = metadata.state_dict_metadata.get(key)
-    if md is None or not hasattr(md, "size"):
-        raise CheckpointError(f"checkpoint {path} has no tensor {key!r}")
-    out = {key: torch.empty(tuple(md.size), dtype=md.properties.dtype)}
+    out = {}
+    for key in keys:
+        md = metadata.state_dict_metadata.get(key)
+        if md is None or not hasattr(md, "size"):
+            raise CheckpointError(f"checkpoint {path} has no tensor {key!r}")
+        out[key] = torch.empty(tuple(md.size), dtype=md.properties.dtype)
     dcp.load(out, storage_reader=FileSystemReader(path), no_dist=True)
-    return out[key]
+    return out
 
 
 def tensor_keys(path: str) -> dict[str, tuple[int, ...]]:

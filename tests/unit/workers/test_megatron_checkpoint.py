@@ -300,5 +300,7 @@ def test_checkpoints_reshard_between_one_rank_and_two_rank_meshes(tmp_path):
         checkpoint.load(str(tmp_path / tag), model, optimizer, _ident(lora))
         want = torch.load(tmp_path / f"{tag}.pt", weights_only=True)
         assert _worst({k: v for k, v in _whole(model, optimizer).items() if k in want}, want) == 0.0, tag
-        read = {k: checkpoint.read_tensor(str(tmp_path / tag), k) for k in want}
+        read = checkpoint.read_tensors(str(tmp_path / tag), list(want))  # one load, not ~300 (45 s of the test)
         assert _worst(read, want) == 0.0, tag
+        key = next(iter(want))
+        assert torch.equal(checkpoint.read_tensor(str(tmp_path / tag), key), want[key]), tag
