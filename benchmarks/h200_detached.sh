@@ -15,6 +15,8 @@ if [ ! -e /tmp/site/.installed ]; then
     touch /tmp/site/.installed
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JOB PATH=/tmp/site/bin:$PATH  # bin: py-spy
+# vLLM unpacked by benchmarks/h200_vllm.sh; its sampler would import flashinfer, which is not carried.
+[ -d /tmp/vsite ] && export PYTHONPATH=$PYTHONPATH:/tmp/vsite VLLM_USE_FLASHINFER_SAMPLER=0
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TRITON_CACHE_AUTOTUNING=1  # autotune winners on disk (the launcher sets it for its workers too)

@@ -38,10 +38,17 @@ PROFILES = {
                "model.dtype=bfloat16",
                "trainer.lora.rank=16", "trainer.lora.alpha=32", "trainer.optimizer.lr=1e-4",
                "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]"],
+    # Route 1 of the vLLM issue: vLLM 0.26 on the H200 (no GLM model before 0.30) with a real MoE
+    # shape it serves, trained by the hf trainer; 64 sequences x 256 tokens a step (random init
+    # rarely samples an EOS), LoRA on attention merged into the weights (vLLM's CUDA IPC transfer).
+    "qmoe": ["model=qwen3_moe_4layer", "cluster=h200x1", "inference.backend=vllm", "inference.engines=1",
+             "trainer.backend=hf", "model.dtype=bfloat16", "trainer.lora.rank=16", "trainer.lora.alpha=32",
+             "trainer.optimizer.lr=1e-4", "trainer.lora.targets=[q_proj,k_proj,v_proj,o_proj]",
+             "algorithm.max_response_len=256", "inference.max_model_len=320", "run.eval_problems=64"],
     "tiny": ["trainer.backend=megatron", "trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.optimizer.lr=1e-3",
              "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]"],
 }
-DESCRIPTOR = {"slice4": "glm5_3_flash_4layer", "tiny": "tiny"}
+DESCRIPTOR = {"slice4": "glm5_3_flash_4layer", "tiny": "tiny", "qmoe": "qwen3_moe_4layer"}
 LOGPROB_ATOL = {"bfloat16": 0.1, "float32": 1e-3}
 """Exported vs trainer log-probs, max abs over the probe tokens, by model.dtype. In bf16 the HF
 kernels (fla's KDA, eager MoE) and Megatron's differ as much as the run's own engine and trainer
@@ -72,7 +79,8 @@ class Sampler(threading.Thread):
             try:
                 title = " ".join(proc.cmdline())
                 parent = roles.get(proc.ppid(), "other")
-                roles[proc.pid] = "engine" if "Engine" in title else "trainer" if "Trainer" in title else parent
+                engine = "Engine" in title or "VllmInference" in title
+                roles[proc.pid] = "engine" if engine else "trainer" if "Trainer" in title else parent
                 rss[roles[proc.pid]] += proc.memory_info().rss / 2**30
             except psutil.Error:
                 continue

@@ -24,9 +24,9 @@
 #           opentelemetry/ are shared by several distributions).
 # Left out on purpose (not imported by a run; add them here if that changes): wandb and
 # platformdirs (megatron.core.timers imports wandb only if present; logging.wandb is off by
-# default), virtualenv + distlib (Ray's runtime_env pip/uv environments only), google-api-core/google-auth (opencensus' exporters only),
-# huggingface_hub 2.x + httpx2 (the image's huggingface_hub 1.33.0 satisfies transformers'
-# >=1.31 and keeps httpx, which the image has).
+# default), virtualenv + distlib (Ray's runtime_env pip/uv environments only), google-api-core/google-auth (opencensus' exporters only).
+# huggingface_hub travels: the transformers a fresh `pip install -e .[rl]` resolves (5.25) refuses
+# the image's huggingface_hub 1.33 at import (it wants >= 2.4, which speaks httpx2, not httpx).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -45,6 +45,7 @@ DEPS=(
     aiohttp-cors colorful smart_open opencensus opencensus-context       # ray[default]
     opentelemetry-api opentelemetry-sdk opentelemetry-semantic-conventions
     opentelemetry-exporter-prometheus opentelemetry-proto googleapis-common-protos
+    huggingface_hub httpx2 httpcore2 truststore                          # transformers >= 5.25
 )
 
 version() { "$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$1"; }

@@ -33,15 +33,53 @@ MEGATRON_TO_CHECKPOINT = {**{m: [h] for m, h in ATTENTION_MODULES.items()},
 table); transformers' in-memory module paths end the same way (`forget_gate.f_a_proj`)."""
 
 
-def peft_kwargs(lora_cfg) -> dict:
-    """peft LoraConfig arguments for `trainer.lora`: what the hf trainer wraps, every trainer
-    ships to the engines with an adapter, and export writes. Plain data (it crosses Ray)."""
+EXPERT_PARAMETERS = {"linear_fc1": "mlp.experts.gate_up_proj", "linear_fc2": "mlp.experts.down_proj"}
+"""Megatron routed-expert target -> the fused 3-D parameter transformers' MoE models hold
+([experts, out, in]; gate|up rows for fc1), which peft adapts with `target_parameters`."""
+FUSED_EXPERT_PROJECTIONS = 2
+"""Checkpoint projections in one fused gate|up parameter (MLP_PROJECTIONS["linear_fc1"])."""
+
+
+def adapter_kwargs(lora_cfg) -> dict:
+    """peft LoraConfig arguments for `trainer.lora`: what the hf trainer wraps and every
+    trainer sends to the engines with an adapter. Plain data (it crosses Ray). Routed
+    experts get one rank-r adapter per expert on each fused parameter, as the Megatron
+    trainer's linear_fc1/linear_fc2 (one A shared by gate and up)."""
     names = sorted({hf for t in lora_cfg.targets for hf in MEGATRON_TO_CHECKPOINT.get(t, [t])})
     if not names:
-        raise ValueError("trainer.lora.rank > 0 needs trainer.lora.targets (e.g. [linear_proj, linear_fc1, q_proj])")
+        raise ValueError("trainer.lora.rank > 0 needs trainer.lora.targets (e.g. [linear_proj, linear_fc1, q_proj]; "
+                         "rule LORA010 refuses this config)")
     # A regex so the frozen vision tower never gets adapters.
     pattern = r".*(language_model|model\.layers)\..*\.(" + "|".join(map(re.escape, names)) + r")$"
-    return {"r": lora_cfg.rank, "lora_alpha": lora_cfg.alpha, "target_modules": pattern, "lora_dropout": 0.0}
+    kwargs = {"r": lora_cfg.rank, "lora_alpha": lora_cfg.alpha, "target_modules": pattern, "lora_dropout": 0.0}
+    experts = sorted(EXPERT_PARAMETERS[t] for t in set(lora_cfg.targets) if t in EXPERT_PARAMETERS)
+    if experts:
+        kwargs["target_parameters"] = experts
+    return kwargs
+
+
+def loading_kwargs(kwargs: dict) -> dict:
+    """`adapter_kwargs` as the adapter loads in checkpoint names (per-expert gate_proj,
+    up_proj, down_proj: what every trainer sends and exports, and vLLM serves) into a
+    transformers model with fused experts. peft converts such names by transformers' rules
+    (peft/utils/transformers_weight_conversion.py) into its own layout, which fixes two
+    things: an expert's gate and up adapters become one of twice the rank (A stacked, B
+    block-diagonal), so the fused gate|up wrapper is built at 2r with 2 alpha (the same
+    scale); and that wrapper sits inside a down_proj one, so down_proj is wrapped too (with
+    linear_fc2 untargeted its adapter stays zero: B starts at zero). Without fused experts
+    targeted it is `kwargs` unchanged."""
+    gate_up, down = EXPERT_PARAMETERS["linear_fc1"], EXPERT_PARAMETERS["linear_fc2"]
+    if gate_up not in kwargs.get("target_parameters", ()):
+        return kwargs
+    key = re.escape(gate_up)
+    return {**kwargs, "target_parameters": sorted({gate_up, down}),
+            "rank_pattern": {key: kwargs["r"] * FUSED_EXPERT_PROJECTIONS},
+            "alpha_pattern": {key: kwargs["lora_alpha"] * FUSED_EXPERT_PROJECTIONS}}
+
+
+def peft_kwargs(lora_cfg) -> dict:
+    """The LoraConfig an exported adapter folder carries: it loads with PeftModel.from_pretrained."""
+    return loading_kwargs(adapter_kwargs(lora_cfg))
 
 
 @dataclass

@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from launcher.contract.messages import TrainShard
 from launcher.contract.spec import ActorSpec
-from launcher.plan.lora import peft_kwargs
+from launcher.plan.lora import adapter_kwargs
 from launcher.plan.sync import SyncKind
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
@@ -64,7 +64,7 @@ class TrainerBase(StreamedExport):
         self.pad_id = make_tokenizer(config.model).pad_id
         self.algorithm = make_algorithm(config.algorithm)
         self.temperature = config.algorithm.temperature
-        self.lora = peft_kwargs(config.trainer.lora) if spec.plan.lora.enabled else None
+        self.lora = adapter_kwargs(config.trainer.lora) if spec.plan.lora.enabled else None
         """peft LoraConfig arguments (shipped to the engines with an adapter), None for full fine-tuning."""
         self.sync_kind = spec.plan.sync.kind
         """What each weight sync ships (plan/sync.py): adapter, merged or full."""

@@ -17,4 +17,5 @@ from launcher.validate.rules import (  # noqa: F401
     shards,
     storage,
     tokenizer,
+    vllm_release,
 )

@@ -44,12 +44,23 @@ class VllmTransfer(Transport):
         `source` is a vLLM WeightSource yielding HF-named full tensors (ModuleSource for an
         HF model; the trainer's stream, stream_source). NCCL needs a free port on the node
         of trainer rank 0; its group is that rank plus every engine worker. `wait` bounds each
-        wait on the engines (EngineGroupClient).
+        wait on the engines (EngineGroupClient). vLLM 0.26 has no trainer engines: its IPC
+        sender is StaticIpcSender.
         """
+        from launcher.vllm_release import installed_release
+
+        client = EngineGroupClient(engines, wait)
+        if not installed_release().trainer_engines:
+            return self.static_sender(cfg, client, source, rank=rank)
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
         info = self.trainer_init_info(cfg, rank=rank, master_address=master_address, master_port=master_port)
-        return WeightTransferTrainerFactory.trainer_init(info, client=EngineGroupClient(engines, wait), source=source)
+        return WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+
+    def static_sender(self, cfg: LauncherConfig, client: "EngineGroupClient", source, *, rank: int):
+        """The sender for a release without trainer engines (vllm_release.VllmRelease.trainer_engines);
+        INF012 refuses a transport that has none before Ray."""
+        raise NotImplementedError(f"vLLM's {self.backend} transfer is not wired for the installed release")
 
     @abstractmethod
     def trainer_init_info(self, cfg: LauncherConfig, *, rank: int, master_address: str | None = None,
@@ -70,6 +81,10 @@ class VllmIpc(VllmTransfer):
         return IPCTrainerInitInfo(rank=rank, packed=True, packed_buffer_size_bytes=transfer_buffer_bytes(cfg))
 
 
+    def static_sender(self, cfg: LauncherConfig, client: "EngineGroupClient", source, *, rank: int):
+        return StaticIpcSender(client, source, rank=rank, buffer_bytes=transfer_buffer_bytes(cfg))
+
+
 @TRANSPORTS.register(SyncTransport.vllm_nccl)
 class VllmNccl(VllmTransfer):
     kind, backend = SyncTransport.vllm_nccl, "nccl"
@@ -83,6 +98,36 @@ class VllmNccl(VllmTransfer):
         world_size = 1 + cfg.inference.engines * cfg.inference.tp
         return NCCLTrainerInitInfo(master_address=master_address, master_port=master_port, world_size=world_size,
                                    rank=rank, packed_buffer_size_bytes=transfer_buffer_bytes(cfg))
+
+
+class StaticIpcSender:
+    """The trainer side of vLLM 0.26's CUDA IPC transfer, with the send_weights() of 0.32's
+    trainer engines: 0.26 offers only IPCWeightTransferEngine.trainer_send_weights (static),
+    which packs the source into buffers of `buffer_bytes`, gathers every rank's handles and
+    hands each chunk's update info to a callable; the caller opens and closes the round.
+    Every rank iterates the source (the gathers run in lockstep); rank 0 alone talks to the
+    engines, as 0.32's senders do."""
+
+    def __init__(self, client: "EngineGroupClient", source, *, rank: int, buffer_bytes: int):
+        self.client, self.source, self.is_sender, self.buffer_bytes = client, source, rank == 0, buffer_bytes
+        if self.is_sender:
+            self.client.init_weight_transfer_engine({})  # IPC's init info is empty; its workers' engine exists
+
+    def send_weights(self) -> None:
+        from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerSendWeightsArgs, IPCWeightTransferEngine
+
+        if self.is_sender:
+            self.client.start_weight_update()
+        args = IPCTrainerSendWeightsArgs(send_mode=self._update, packed=True,
+                                         packed_buffer_size_bytes=self.buffer_bytes)
+        IPCWeightTransferEngine.trainer_send_weights(iter(self.source), args)
+        if self.is_sender:
+            self.client.finish_weight_update()
+
+    def _update(self, update_info) -> None:
+        import dataclasses
+
+        self.client.update_weights(dataclasses.asdict(update_info))
 
 
 class EngineGroupClient:

@@ -133,7 +133,7 @@ class HfEngine(EngineBase, ServedWeights):
 
     def _apply_adapter(self, adapter: dict, tensors: dict[str, torch.Tensor], version: int) -> None:
         if not hasattr(self.model, "peft_config"):
-            self.model = lora.wrap(self.model, adapter).eval()
+            self.model = lora.wrap_for_loading(self.model, adapter).eval()
         lora.load_adapter(self.model, tensors)
         self.version = version
 
@@ -141,7 +141,7 @@ class HfEngine(EngineBase, ServedWeights):
         """The model's parameters under the plain in-memory names the assembler uses (PEFT's
         `.base_layer.` taken out); looked up per bucket, since a wake from sleep level 2
         gives every parameter new storage."""
-        return {name.replace(".base_layer.", "."): param for name, param in base.named_parameters()}
+        return {lora.plain_name(name): param for name, param in base.named_parameters()}
 
     def _base_model(self):
         return self.model.get_base_model() if hasattr(self.model, "peft_config") else self.model
@@ -152,7 +152,7 @@ class HfEngine(EngineBase, ServedWeights):
             base = self._base_model()
             shapes = {k: v.shape for k, v in base.state_dict().items()
                       if not k.startswith(VISION_PREFIX) and "lora_" not in k}
-            shapes = {k.replace(".base_layer.", "."): v for k, v in shapes.items()}
+            shapes = {lora.plain_name(k): v for k, v in shapes.items()}
             self._names = ModelNameAssembler(base, shapes)
         return self._names
 

@@ -160,3 +160,26 @@ def checkpoint_adapter_items(model, items: Iterable[tuple[str, torch.Tensor]]) -
             raise ValueError(f"adapter on {module}: its weight is {len(renamed)} checkpoint tensors, so the "
                              "adapter has no checkpoint name")
         yield f"{prefix}{renamed[0].removesuffix('.weight')}.lora_{lora_part}", tensor
+
+
+PEFT_PREFIX = "base_model.model."
+
+
+def expert_adapter_items(model, weight: str, lora_A: torch.Tensor, lora_B: torch.Tensor,
+                         experts: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """A fused expert parameter's adapter in peft's ParamWrapper layout (A [experts x r, in]:
+    expert e's rows e*r...; B [out, r x experts]: expert e's columns e::experts) as one
+    adapter per checkpoint tensor the parameter is made of (`experts.{e}.gate_proj`,
+    `experts.{e}.up_proj`), A shared by a fused gate and up as the Megatron trainer sends
+    them. Which rows of which expert each checkpoint tensor holds is read off a tensor of
+    row numbers converted by transformers' rules, so no layout is written down here."""
+    out_features = lora_B.shape[0]
+    rows = torch.arange(experts * out_features).reshape(experts, out_features, 1)
+    a_per_expert = lora_A.reshape(experts, -1, lora_A.shape[-1])
+    b_per_expert = lora_B.reshape(out_features, -1, experts)
+    for name, numbers in checkpoint_items(model, [(weight, rows)]):
+        numbers = numbers.reshape(-1)
+        expert = int(numbers[0]) // out_features
+        module = PEFT_PREFIX + name.removesuffix(".weight")
+        yield f"{module}.lora_A.weight", a_per_expert[expert].clone()
+        yield f"{module}.lora_B.weight", b_per_expert[numbers % out_features, :, expert].contiguous()

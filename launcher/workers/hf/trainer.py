@@ -23,7 +23,7 @@ from launcher.workers.hf import lora
 from launcher.workers.hf.compute import logits_of, target_logprobs
 from launcher.workers.hf.indexer_topk import IndexerReplay, pools_per_query
 from launcher.workers.hf.model import VISION_PREFIX, build_model, language_items, language_state
-from launcher.workers.hf.names import checkpoint_adapter_items, checkpoint_items
+from launcher.workers.hf.names import checkpoint_items
 from launcher.workers.hf.routing import RouteReplay, routes_grid
 from launcher.workers.indexer_picks import picks_grid
 from launcher.workers.integrity import has_record, mismatch, read_records, write_record
@@ -141,7 +141,7 @@ class HfTrainer(TrainerBase):
         if with_base:
             merged = lora.merged_items(self.model, VISION_PREFIX, with_delta=False)
             yield from tagged("weights", checkpoint_items(base, merged))
-        yield from tagged("adapter", checkpoint_adapter_items(base, lora.adapter_state(self.model).items()))
+        yield from tagged("adapter", lora.checkpoint_adapter(self.model))
 
     def save_checkpoint(self, path: str, async_write: bool = False) -> None:
         """Rank 0: weights (or adapter) and optimizer; every rank: its RNG states and its

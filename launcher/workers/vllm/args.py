@@ -9,6 +9,7 @@ from launcher.config.schema.root import LauncherConfig
 from launcher.plan import Plan
 from launcher.plan.lora import VLLM_LORA_RANKS
 from launcher.plan.sync import SyncKind
+from launcher.vllm_release import VllmRelease
 from launcher.weight_sync.transports import transport_for
 from launcher.weight_sync.transports.vllm_engine import VllmTransfer
 from launcher.workers.vllm.glm_config import fill_glm5_next_fields
@@ -35,12 +36,16 @@ def returns_routes(cfg: LauncherConfig) -> bool:
     return bool(cfg.algorithm.routing_replay or cfg.algorithm.routing_agreement)
 
 
-def routes_env(cfg: LauncherConfig) -> dict[str, str]:
-    """Environment a route-returning engine needs before `import vllm`: vLLM 0.32 captures
-    routes in Model Runner V2 only (config/vllm.py `_verify_aux_output_compatibility`), and
-    left to choose it falls back to V1 (no Triton, a feature V2 lacks: a logged warning) and
-    then refuses the capture; forced, the start fails with V2's own reason instead."""
-    return {"VLLM_USE_V2_MODEL_RUNNER": "1"} if returns_routes(cfg) else {}
+def routes_env(cfg: LauncherConfig, release: VllmRelease) -> dict[str, str]:
+    """Environment a route-returning engine needs before `import vllm`: the model runner that
+    captures routes in `release`. 0.32 captures them in Model Runner V2 only (config/vllm.py
+    `_verify_aux_output_compatibility`), and left to choose it falls back to V1 (no Triton, a
+    feature V2 lacks: a logged warning) and then refuses the capture; forced, the start fails
+    with V2's own reason instead. 0.26 captures them in V1 (gpu_model_runner's routed experts
+    capturer) and lists the capture as unsupported by V2, so V1 is asked for."""
+    if not returns_routes(cfg):
+        return {}
+    return {"VLLM_USE_V2_MODEL_RUNNER": "1" if release.routes_v2_runner else "0"}
 
 
 def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: bool, seed: int) -> dict:

@@ -16,6 +16,7 @@ from collections import deque
 
 from launcher.contract.messages import Generation, GenerationRequest
 from launcher.plan.sync import SyncKind, SyncTransport
+from launcher.vllm_release import VllmRelease, installed_release
 from launcher.weight_sync.manifest import SyncManifest
 from launcher.weight_sync.receive import ServedWeights
 from launcher.weight_sync.transports.vllm_engine import engine_rank_offset
@@ -50,9 +51,9 @@ class _DropMessage(logging.Filter):
         return not record.getMessage().endswith(self.suffix)
 
 
-def _set_process_env(cfg) -> None:
+def _set_process_env(cfg, release: VllmRelease) -> None:
     """Environment vLLM reads at import/start; set before `import vllm`, never overriding the user's."""
-    for name, value in routes_env(cfg).items():
+    for name, value in routes_env(cfg, release).items():
         os.environ.setdefault(name, value)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     # One line per weight sync and request batch at INFO would bury the loop's step lines.
@@ -73,7 +74,7 @@ def _engine_arg_names() -> list[str]:
 
 class VllmEngine(ServedWeights):
     def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int, engine_index: int = 0):
-        _set_process_env(cfg)
+        _set_process_env(cfg, installed_release())
         try:
             from vllm import LLM
             from vllm.platforms import current_platform

