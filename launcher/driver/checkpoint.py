@@ -139,9 +139,14 @@ class Checkpointer:
         {"checkpoint_write_s": the slowest rank's write seconds} ({} when none was pending)."""
         if self.pending is None:
             return {}
+        return self.mark_complete(lambda: max(trainers.call("finalize_checkpoint")))
+
+    def mark_complete(self, finalize) -> dict:
+        """finish() once `finalize()` returned the slowest rank's write seconds (it raises when
+        a write failed): the pending checkpoint listed, marked COMPLETE and renamed into place."""
         (partial, final), self.pending = self.pending, None
         with self._removing_on_failure(partial, final.name):
-            write_s = max(trainers.call("finalize_checkpoint"))
+            write_s = finalize()
             (partial / FILES).write_text(json.dumps(_file_sizes(partial)))
             (partial / DONE_MARK).write_text("")
         shutil.rmtree(final, ignore_errors=True)

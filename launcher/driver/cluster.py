@@ -125,7 +125,7 @@ def ray_session(config, plan_env: dict[str, str]):
     runtime_env = {"env_vars": public, **shipped_code(config.cluster)}
     embedded = config.cluster.ray_address is None
     record = None
-    with interruptible_start():  # SIGTERM during ray.init: everything stopped, exit 130
+    with interruptible_start():  # SIGTERM during ray.init: everything stopped, exit 143
         if embedded:
             _reap_dead_sessions()
             sys.stdout.write("embedded Ray: starting a private instance on this machine (any Ray cluster running "

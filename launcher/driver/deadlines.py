@@ -22,7 +22,7 @@ engine that was lost, not the trainer rank that waited on it.
 """
 from dataclasses import dataclass
 
-from launcher.plan.startup import STARTUP_OVERHEAD_S
+from launcher.plan.preemption import checkpoint_write_s
 
 MARGIN = 3.0
 FLOOR_S = 120.0
@@ -58,21 +58,13 @@ class Deadline:
                 "raise run.hang_timeout_s")
 
 
-def checkpoint_estimate_s(plan, gpus_per_node: int) -> float:
-    """Seconds to write or read one node's training state (trainer weights, optimizer state
-    and adapters) at the storage bandwidth, on top of the start-up overhead."""
-    tr = plan.memory.trainer
-    per_gpu_gib = tr.weights_gib + tr.optimizer_gib + tr.optimizer_host_gib + tr.lora_gib
-    return STARTUP_OVERHEAD_S + gpus_per_node * per_gpu_gib / plan.startup.storage_gib_per_s
-
-
 def phase_estimates_s(plan, gpus_per_node: int) -> dict[str, float]:
     """The plan's estimate of each phase of PHASE_OF_CALL, in seconds (start-up: plan.startup)."""
     t, startup = plan.timing, plan.startup.seconds
     # One estimate for chunks and weight-sync steps: an engine's queue interleaves them (the
     # async loop queues an update behind the chunks being generated, and chunks behind it).
     return {"generation + weight sync": t.generation_s + plan.sync.seconds, "log-prob pass": t.logprob_pass_s,
-            "training": t.train_s, "checkpoint": checkpoint_estimate_s(plan, gpus_per_node), "start-up": startup}
+            "training": t.train_s, "checkpoint": checkpoint_write_s(plan, gpus_per_node), "start-up": startup}
 
 
 class CallDeadlines:

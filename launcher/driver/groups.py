@@ -120,6 +120,18 @@ class _Group:
     def call(self, method: str, *args) -> list:
         return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
 
+    def answered_within(self, method: str, timeout_s: float) -> list | None:
+        """`call` for a run that is ending: the results, or None when an actor is dead, failed
+        or busy past timeout_s (a call queues behind the one the driver stopped waiting for)."""
+        refs = [getattr(a, method).remote() for a in self.actors]
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=max(timeout_s, 0.0))
+        if pending:
+            return None
+        try:
+            return ray.get(refs)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
+            return None
+
     def wait_ready(self) -> None:
         for info, pid in zip(self.info, self.call("pid"), strict=True):
             info["pid"] = pid

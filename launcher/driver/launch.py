@@ -7,12 +7,16 @@ seconds, not a cluster's weight load.
 Exit codes (launcher/exit_codes.py): 0 done, 1 refused (the data, tokenizer or data.reward_fn
 cannot be used as configured: found before Ray started, and a run directory this start made
 is removed again), 3 the run failed (an actor died, a backend raised, a checkpoint could not
-be resumed), 130 interrupted (Ctrl-C or SIGTERM). In every case Ray is shut down before
-returning, so no Ray process of the run outlives it. A traceback is printed only for an
+be resumed, dynamic sampling found nothing to learn), 130 interrupted (Ctrl-C), 128 + the
+signal's number for a preemption signal (SIGTERM 143, SIGUSR1 138: launcher/driver/preemption.py
+saves the last completed step first). In every case Ray is shut down before returning, so no
+Ray process of the run outlives it, and a background checkpoint write the live trainers finish
+within EXIT_WRITE_WAIT_S is completed first (a second signal skips that). The last lines name
+the newest checkpoint and the command that resumes. A traceback is printed only for an
 unexpected error, with a line saying it is one.
 """
-import contextlib
 import json
+import shlex
 import shutil
 import signal
 import sys
@@ -24,26 +28,28 @@ from pathlib import Path
 from launcher.config.schema.choices import PlacementMode
 from launcher.driver.cluster import gpu_resource, ray_session
 from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
+from launcher.driver.no_signal import NoSignalError
 from launcher.driver.placement import Placement, PlacementError
+from launcher.driver.preemption import Preempted, StopNow
 from launcher.driver.ray_processes import RayStartInterrupted
 from launcher.driver.startup import Startup
-from launcher.exit_codes import ExitCode, unexpected
+from launcher.exit_codes import ExitCode, of_signal, unexpected
 
 PLACEMENT_TIMEOUT_S = 120.0
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM raises KeyboardInterrupt in the driver, so the same teardown path runs."""
+EXIT_WRITE_WAIT_S = 30.0
+"""How long a failed or interrupted run waits for its trainers to finish a background checkpoint write."""
 
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _preemption(config, plan):
+    """The run's Preemption (driver/preemption.py) from run.preemption_signals and the grace."""
+    from launcher.driver.preemption import Preemption
+    from launcher.plan.preemption import grace_s, save_s
+
+    grace, basis = grace_s(config, plan)
+    signals = [signal.Signals[s.value] for s in config.run.preemption_signals]
+    return Preemption(signals, grace, save_s(config, plan), basis)
 
 
 def _logged_config(composed, plan) -> dict:
@@ -117,7 +123,8 @@ def _remove_if_fresh(run_dir: Path) -> bool:
     return True
 
 
-def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from, scorer, data: _Data):
+def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from, scorer, data: _Data,
+                   preemption):
     from launcher.driver.checkpoint import DriverState, load_driver_state
     from launcher.driver.metrics import StepLogger
     from launcher.driver.runtime import Runtime
@@ -129,7 +136,7 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
     return Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
                    tokenizer=data.tokenizer, stream=data.stream, algorithm=make_algorithm(config.algorithm),
                    logger=logger, checkpointer=ckpt, state=state, last_checkpoint=resume_from,
-                   evaluator=data.evaluator, scorer=scorer)
+                   evaluator=data.evaluator, scorer=scorer, preemption=preemption)
 
 
 def place_groups(config, plan, embedded: bool, with_engines: bool = True, startup: Startup | None = None):
@@ -188,36 +195,73 @@ def _slots(infos: list[dict]) -> str:
     return ", ".join(f"node{i['node']}/gpu{i['gpu']}" for i in infos)
 
 
-def _run(composed, plan, run_dir: Path, ckpt, resume_from) -> Path | None:
+def _run(composed, plan, run_dir: Path, ckpt, resume_from, preemption) -> Path | None:
     from launcher.driver.checkpoint import restore
     from launcher.driver.loops import LOOPS
 
     config = composed.config
     scorer, data = _before_ray(config)  # Refused: a reward, tokenizer or data mistake costs seconds
-    # Again after ray.init: Ray's core worker installs its own SIGTERM handler, which would
-    # end the driver without the teardown below.
+    # Installed again after ray.init: Ray's core worker installs its own SIGTERM handler, which
+    # would end the driver without the teardown below.
     started = time.monotonic()
-    with ray_session(config, plan.env) as embedded, _sigterm_as_interrupt():
+    with ray_session(config, plan.env) as embedded, preemption.installed():
         ray_s = time.monotonic() - started
         startup = Startup()
         trainers, engines = _start_groups(config, plan, run_dir, embedded, startup)
         if resume_from:  # run.resume=auto: a checkpoint the trainers cannot load gives way to the one before
             startup.driver_phase("resume")
             resume_from = restore(trainers, ckpt, resume_from, fallback=config.run.resume == "auto")
-        rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from, scorer, data)
+        rt = _build_runtime(composed, plan, run_dir, trainers, engines, ckpt, resume_from, scorer, data, preemption)
         try:
             if resume_from:
                 sys.stdout.write(f"resumed from {resume_from} (step {rt.state.step})\n")
             startup.driver_phase("first sync")
             rt.sync_weights(with_base=True, wait=True)
             rt.logger.log_startup(ray_s, startup.finish(), plan.startup.seconds)
+            preemption.running = True  # from here a signal saves (before: nothing to save, it stops at once)
             LOOPS.get(plan.placement.mode)(rt)
+            if preemption.requested and rt.state.step < config.run.steps:
+                _save_and_stop(rt, ckpt)
             rt.finish_checkpoint()
+        except (Preempted, StopNow):
+            raise  # saved already, or a second signal: the clean-up only
+        except BaseException:
+            rt.complete_write_on_exit(EXIT_WRITE_WAIT_S)  # Ctrl-C or a failure: a write the trainers finish
+            raise
         finally:
             curves = rt.logger.close()
         if curves is not None:
             sys.stdout.write(f"wrote {curves}\n")
         return rt.last_checkpoint
+
+
+def _save_and_stop(rt, ckpt) -> None:
+    """A preemption signal stopped the loop: the last completed step saved (runtime.save_on_stop),
+    then Preempted, which leaves the Ray session (Ray stops) for launch() to report."""
+    newest = ckpt.latest()
+    rt.save_on_stop()
+    latest = ckpt.latest()
+    raise Preempted(rt.preemption.signum, rt.state.step, latest, saved=latest != newest)
+
+
+def resume_command(composed) -> str:
+    """The command that continues this run from its newest checkpoint."""
+    kept = [o for o in composed.overrides if o.partition("=")[0].lstrip("+~") != "run.resume"]
+    return shlex.join([sys.executable, "-m", "launcher", "run", *kept, "run.resume=auto"])
+
+
+def _stopped(stop: Preempted, composed, preemption) -> str:
+    """What a preempted run saved, how long the stop took, and the command that resumes it."""
+    name = signal.Signals(stop.signum).name
+    took = f"{time.monotonic() - preemption.received:.0f} s after it (grace {preemption.grace_s:.0f} s)"
+    if stop.checkpoint is None:
+        saved = "no checkpoint (no step completed)"
+    elif stop.saved:
+        saved = f"saved step {stop.step} as {stop.checkpoint}"
+    else:
+        saved = f"step {stop.step} was saved already: {stop.checkpoint}"
+    return (f"stopped on {name}, {took}: {saved}; Ray stopped.\n"
+            f"resume with: {resume_command(composed)}\n")
 
 
 def _already_complete(config, run_dir: Path, checkpoint: Path) -> str:
@@ -233,22 +277,29 @@ def launch(composed, plan, run_dir) -> int:
     config, run_dir = composed.config, Path(run_dir)
     ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,
                         config.run.steps)
-    with _sigterm_as_interrupt():
+    preemption = _preemption(config, plan)
+    with preemption.installed():
         try:
             resume_from = resolve_resume(config.run.resume, ckpt)
             if resume_from is not None and load_driver_state(resume_from).step >= config.run.steps:
                 sys.stdout.write(_already_complete(config, run_dir, resume_from))
                 return ExitCode.OK
-            last = _run(composed, plan, run_dir, ckpt, resume_from)
+            last = _run(composed, plan, run_dir, ckpt, resume_from, preemption)
         except Refused as err:  # before Ray started: a user error, no traceback
             removed = f"; removed {run_dir}" if _remove_if_fresh(run_dir) else ""
             sys.stderr.write(f"refusing to start: {err}\n(found before Ray started; nothing was run{removed})\n")
             return ExitCode.REFUSED
-        except KeyboardInterrupt as err:
+        except Preempted as stop:
+            sys.stderr.write(_stopped(stop, composed, preemption))
+            return of_signal(stop.signum)
+        except KeyboardInterrupt as err:  # Ctrl-C, a second preemption signal, or one during start-up
+            signum = getattr(err, "signum", signal.SIGINT)
             what = err.args[0] if isinstance(err, RayStartInterrupted) else "interrupted; Ray stopped"
-            sys.stderr.write(f"{what}. Last checkpoint: {ckpt.latest() or 'none'}\n")
-            return ExitCode.INTERRUPTED
-        except (ActorDiedError, CheckpointError, PlacementError) as err:  # expected failures: no traceback
+            if isinstance(err, StopNow):
+                what = f"{err.args[0]}: stopped at once; Ray stopped"
+            sys.stderr.write(f"{what}. Last checkpoint: {ckpt.latest() or 'none'}\n{_resume_line(composed, ckpt)}")
+            return of_signal(signum)
+        except (ActorDiedError, CheckpointError, PlacementError, NoSignalError) as err:  # expected: no traceback
             sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return ExitCode.RUN_FAILED
         except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown
@@ -257,3 +308,7 @@ def launch(composed, plan, run_dir) -> int:
             return ExitCode.RUN_FAILED
     sys.stdout.write(f"done: {config.run.steps} steps in {run_dir}; last checkpoint {last}\n")
     return ExitCode.OK
+
+
+def _resume_line(composed, ckpt) -> str:
+    return f"resume with: {resume_command(composed)}\n" if ckpt.latest() is not None else ""

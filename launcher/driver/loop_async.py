@@ -13,6 +13,11 @@ has arrived, and weights flow to the engines after every step.
 - The loss is weighted by pi_old / pi_rollout (truncated) from the engines' log-probs,
   which here corrects for the engines' lag (train.py passes them in both loops).
 The pieces the sync loop runs too (sending, scoring, training, the row) are in step.py.
+- After a preemption signal (driver/preemption.py) no new step starts; a step in training
+  finishes (its sync, checkpoint and row), then the loop returns for the driver to save.
+- A background checkpoint is completed at the step boundaries (a training starts or ends)
+  once its writes are over; groups without signal count towards
+  algorithm.dynamic_sampling.max_empty_steps (no_signal.py).
 """
 import collections
 import time
@@ -66,12 +71,16 @@ class _Batcher:
         self.seen, self.dropped = [], {"stale": 0, "no_signal": 0}
 
     def add(self, groups: list) -> None:
+        kept = []
         for group in groups:
             self.seen.append(group)
             if keep_on_task_rewards(self.rt.algorithm.keep_group, group):
-                self.queue.append(group)
+                kept.append(group)
             else:
                 self.dropped["no_signal"] += 1
+        self.queue.extend(kept)
+        if groups:
+            self.rt.no_signal.async_groups(groups, kept)
 
     def take(self, wanted: int) -> list | None:
         """`wanted` groups fresh enough for the current policy version, or None (not yet)."""
@@ -101,18 +110,20 @@ def run_async(rt: Runtime) -> None:
     last_step_end = time.monotonic()
     try:
         rt.start_eval()  # held-out evaluations: sent after a sync, collected one step later (evaluate.py)
-        while rt.state.step < rt.config.run.steps:
+        while rt.state.step < rt.config.run.steps and not (rt.preemption.requested and training is None):
             gen.pump(capacity - len(batcher.queue))
             batcher.add(gen.harvest())
             if training is None:
                 if (batch := batcher.take(wanted)) is not None:
+                    rt.poll_checkpoint()
                     batch_info = {**_staleness(batch, rt.state.policy_version),
                                   "rollout_s": time.monotonic() - last_step_end}
                     training = executor.submit(timed_train, rt, batch)
             elif training.done():
                 (train, train_s), training = training.result(), None
                 last_step_end = _end_step(rt, train, train_s, batch_info, batcher, last_step_end)
-        rt.finish_eval()
+        if not rt.preemption.requested:
+            rt.finish_eval()
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
 

@@ -5,12 +5,20 @@ variance and generate again, up to max_regenerations) -> engines sleep -> onload
 -> advantages and train -> push weights -> checkpoint -> one log line. A held-out
 evaluation of the previous step's weights, when due, runs right after the wake.
 The pieces the async loop runs too (sending, scoring, training, the row) are in step.py.
+
+A background checkpoint is completed at the first phase boundary after its writes are over
+(after generation, training and the sync). After a preemption signal the loop stops at the
+next step boundary; the part of a step before the trainers start on it is droppable
+(driver/preemption.py): the step's data position is given back and the trainer takes the
+GPUs again, so the driver can save the last completed step.
 """
+import dataclasses
 import sys
 import time
 
 from tqdm import tqdm
 
+from launcher.driver.preemption import StepDropped
 from launcher.driver.rollout import chunk_seed, groups_per_chunk
 from launcher.driver.runtime import Runtime
 from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
@@ -48,8 +56,9 @@ def fill_groups(generate_round, keep_group, wanted: int, max_regenerations: int)
     return [s[2] for s in kept[:wanted]], seen, rounds
 
 
-def collect_groups(rt: Runtime, step: int) -> tuple[list, dict]:
-    """The step's training groups (in a deterministic order) and generation statistics."""
+def collect_groups(rt: Runtime, step: int) -> tuple[list, dict, list]:
+    """The step's training groups (in a deterministic order), generation statistics and every
+    group generated (the kept and the dropped)."""
     alg = rt.config.algorithm
     started = time.monotonic()
     bar = tqdm(desc=f"step {step} generate", unit="seq", leave=False, disable=not sys.stderr.isatty())
@@ -62,8 +71,8 @@ def collect_groups(rt: Runtime, step: int) -> tuple[list, dict]:
                                        alg.dynamic_sampling.max_regenerations)
     bar.close()
     stats = generation_summary(seen, time.monotonic() - started)
-    stats.update(groups_kept=len(groups), regenerations=rounds - 1)
-    return groups, stats
+    stats.update(groups_kept=len(groups), groups_asked=alg.prompts_per_step, rounds=rounds, regenerations=rounds - 1)
+    return groups, stats, seen
 
 
 def _engines_take_the_gpus(rt: Runtime, level: int) -> None:
@@ -81,26 +90,56 @@ def _trainer_takes_the_gpus(rt: Runtime, level: int) -> None:
 
 
 def run_sync(rt: Runtime) -> None:
+    """Steps until run.steps, or until a preemption signal's step boundary."""
     level = rt.plan.memory.sleep_level  # inference.sleep_level, or derived from the sync kind
-    while rt.state.step < rt.config.run.steps:
-        _run_step(rt, rt.state.step + 1, level)
-    if rt.eval_due():  # the last step's weights
+    while rt.state.step < rt.config.run.steps and not rt.preemption.requested:
+        try:
+            _run_step(rt, rt.state.step + 1, level)
+        except StepDropped:
+            return
+    if rt.eval_due() and not rt.preemption.requested:  # the last step's weights
         _engines_take_the_gpus(rt, level)
         rt.start_eval()
         rt.finish_eval()
 
 
+def _rest_of_step_s(rt: Runtime) -> float:
+    """The plan's estimate of a step after its generation: the log-prob pass, training and the sync."""
+    return rt.plan.timing.logprob_pass_s + rt.plan.timing.train_s + rt.plan.sync.seconds
+
+
+def _generate(rt: Runtime, step: int, level: int) -> tuple[list, dict, list, float]:
+    """The droppable part of a step: the engines take the GPUs, the previous step's evaluation,
+    generation. (groups, stats, every group seen, seconds of evaluation). On StepDropped the
+    state is as before the step and the trainer has the GPUs back."""
+    before = dataclasses.replace(rt.state)
+    try:
+        with rt.preemption.droppable():
+            _engines_take_the_gpus(rt, level)
+            rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/driver/evaluate.py)
+            eval_s = rt.finish_eval()  # not the step's time
+            groups, gen, seen = collect_groups(rt, step)
+            if not rt.preemption.may_start(_rest_of_step_s(rt)):
+                raise StepDropped()
+        return groups, gen, seen, eval_s
+    except StepDropped:
+        rt.state, rt.pending_eval = before, None  # the dropped step's prompts are drawn again on resume
+        _trainer_takes_the_gpus(rt, level)
+        sys.stderr.write(f"preemption: step {step} dropped before its trainers started on it\n")
+        raise
+
+
 def _run_step(rt: Runtime, step: int, level: int) -> None:
     """Generate, then train, then sync: each phase waits for the one before."""
     t0 = time.monotonic()
-    _engines_take_the_gpus(rt, level)
-    rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/driver/evaluate.py)
-    t0 += rt.finish_eval()  # not the step's time
-    groups, gen = collect_groups(rt, step)
+    groups, gen, seen, eval_s = _generate(rt, step, level)
+    t0 += eval_s
+    rt.poll_checkpoint()
     _trainer_takes_the_gpus(rt, level)
     t1 = time.monotonic()
-    # DAPO may find no group with reward variance even after regenerating
+    # DAPO may find no group with reward variance even after regenerating (no_signal.py)
     train, train_s = timed_train(rt, groups) if groups else ({}, 0.0)
+    rt.poll_checkpoint()
     sync_s = 0.0
     if groups:
         rt.state.policy_version += 1
@@ -111,3 +150,4 @@ def _run_step(rt: Runtime, step: int, level: int) -> None:
     step_s = time.monotonic() - t0
     rt.log_step(step_metrics(rt, gen, train, rollout_s=t1 - t0, train_s=train_s, sync_s=sync_s, step_s=step_s,
                              other_s=step_s - gen["gen_s"] - train_s))
+    rt.no_signal.sync_step(step, len(groups), gen["rounds"], seen)

@@ -3,9 +3,9 @@ that the next run cleans up after a driver that was SIGKILLed.
 
 ray.init first installs its own SIGTERM handler (`sys.exit(15)`), so a SIGTERM while Ray
 starts ended the driver from wherever ray.init was: status 15, nothing printed, and what
-it had started left to chance. `interruptible_start` turns that (and Ctrl-C) into
-RayStartInterrupted once everything Ray had started is stopped, and gives the launcher's
-own SIGTERM handler back afterwards.
+it had started left to chance. `interruptible_start` turns that (and Ctrl-C, and the
+launcher's other stop signals) into RayStartInterrupted once everything Ray had started is
+stopped, and gives the launcher's own SIGTERM handler back afterwards.
 
 A SIGKILLed driver takes its gcs_server and raylet along (Ray makes them die with their
 parent) but not the raylet's dashboard and runtime-env agents, which lingered about a
@@ -26,7 +26,12 @@ STOP_GRACE_S = 3.0
 
 
 class RayStartInterrupted(KeyboardInterrupt):
-    """SIGTERM or Ctrl-C while ray.init ran; everything it had started is stopped."""
+    """SIGTERM, another stop signal or Ctrl-C while ray.init ran; everything it had started is
+    stopped. `signum`: the signal (the exit code is 128 + it)."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
 
 
 def records_dir() -> Path:
@@ -80,7 +85,9 @@ def interruptible_start():
         with contextlib.suppress(Exception):
             ray.shutdown()
         _stop(_ray_descendants())
-        raise RayStartInterrupted("interrupted during Ray start-up; Ray stopped") from None
+        signum = signal.SIGTERM if isinstance(err, SystemExit) else getattr(err, "signum", signal.SIGINT)
+        raise RayStartInterrupted(f"interrupted during Ray start-up ({signal.Signals(signum).name}); Ray stopped",
+                                  signum) from None
     finally:
         if callable(previous):  # the launcher's own; otherwise Ray's (sys.exit, then its atexit shutdown) stays
             signal.signal(signal.SIGTERM, previous)

@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.driver.checkpoint import Checkpointer, DriverState
+from launcher.driver.checkpoint import Checkpointer, DriverState, load_driver_state
 from launcher.driver.data import PromptStream
 from launcher.driver.metrics import StepLogger
+from launcher.driver.no_signal import NoSignalWatch
+from launcher.driver.preemption import Preemption
 from launcher.weight_sync.messages import SyncStats
 from launcher.weight_sync.push import check_pending, engines_hold_base, sync_weights
 
@@ -48,12 +50,18 @@ class Runtime:
     scorer: RewardScorer | None = None
     """reward_fn.RewardScorer of data.task / data.reward_fn; built here when not given, so a
     data.reward_fn that cannot be imported fails before the first step."""
+    preemption: Preemption = field(default_factory=lambda: Preemption([], 0.0, 0.0, "no signal handled"))
+    """preemption.py: the signal that asks the loop to stop, and the step deadline it set."""
+    no_signal: NoSignalWatch | None = None
+    """no_signal.py: dynamic sampling's short and empty steps; built from the config when not given."""
 
     def __post_init__(self):
         if self.scorer is None:
             from launcher.rl.reward_fn import make_scorer
 
             self.scorer = make_scorer(self.config.data)
+        if self.no_signal is None:
+            self.no_signal = NoSignalWatch(self.config.algorithm)
 
     def sync_weights(self, with_base: bool, wait: bool) -> float:
         """Stream the trainer's weights (policy version `state.policy_version`) to every
@@ -74,18 +82,47 @@ class Runtime:
         self.last_sync = sync_weights(self.trainers, self.engines, self.state.policy_version, with_base, wait)
         return time.monotonic() - started
 
+    def poll_checkpoint(self) -> None:
+        """At a phase boundary: complete the background checkpoint as soon as every trainer
+        rank's write is over (a non-blocking question to each), not a step later."""
+        if self.checkpointer.pending is not None and all(self.trainers.call("checkpoint_written")):
+            self.finish_checkpoint()
+
     def maybe_checkpoint(self) -> None:
-        """Finish the previous step's checkpoint (its writes had a step to run), then start
-        this step's if due: the trainers write it in the background (async_write)."""
-        self.checkpoint_stats = self.checkpointer.finish(self.trainers)
+        """At the end of step `state.step`: complete the background checkpoint if its writes are
+        over, then start this step's if due (save() first waits for a write still running): the
+        trainers write it in the background (async_write)."""
+        self.poll_checkpoint()
         if self.checkpointer.due(self.state.step):
             self.checkpoint_stats.update(self.checkpointer.save(self.trainers, self.state, async_write=True))
-        self.last_checkpoint = self.checkpointer.last or self.last_checkpoint
 
     def finish_checkpoint(self) -> None:
-        """At the end of the loop: the last checkpoint's writes done and it marked complete."""
-        self.checkpointer.finish(self.trainers)
+        """The pending checkpoint's writes waited for and it marked complete (its write seconds
+        go into the next row)."""
+        self.checkpoint_stats.update(self.checkpointer.finish(self.trainers))
         self.last_checkpoint = self.checkpointer.last or self.last_checkpoint
+
+    def save_on_stop(self) -> None:
+        """After a preemption signal stopped the loop at a step boundary: the background write
+        completed, then the last completed step saved when the newest complete checkpoint is
+        older (step 0 needs none: a fresh start repeats it)."""
+        self.finish_checkpoint()
+        newest = self.checkpointer.latest()
+        if self.state.step > (load_driver_state(newest).step if newest else 0):
+            self.checkpointer.save(self.trainers, self.state)
+            self.last_checkpoint = self.checkpointer.last
+
+    def complete_write_on_exit(self, timeout_s: float) -> None:
+        """On a failed or interrupted run: the background checkpoint completed when every
+        trainer rank finishes its write within timeout_s (a dead, failed or busy rank: it stays
+        a `.partial`, which the next start removes)."""
+        if self.checkpointer.pending is None:
+            return
+        written = self.trainers.answered_within("finalize_checkpoint", timeout_s)
+        if written is None:
+            return
+        self.checkpointer.mark_complete(lambda: max(written))
+        self.last_checkpoint = self.checkpointer.last
 
     def log_step(self, metrics: dict) -> None:
         """One step's row, with the checkpoint seconds of this step (blocked, and the

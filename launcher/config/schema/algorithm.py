@@ -10,7 +10,14 @@ class DynamicSamplingConfig:
     enabled: bool = False
     """DAPO: drop groups whose samples all got the same reward (zero advantage) and refill."""
     max_regenerations: int = 3
-    """Extra generation rounds per step to refill dropped groups before training on fewer."""
+    """Extra generation rounds per step to refill dropped groups. When they run out the step
+    trains on the groups it kept, fewer than asked (said on the console and in metrics.jsonl:
+    groups_kept of groups_asked, rounds); with none kept it trains nothing (no update, no sync)."""
+    max_empty_steps: int = 3
+    """Consecutive steps that keep no group (every group's rewards identical: nothing to learn)
+    after which the run ends (exit 3) with the reward's pass rate and what to change; 0 = never
+    end it. The async loop ends after the groups of this many steps (each with its
+    regeneration rounds) in a row arrived without one it could keep."""
 
 
 @dataclass

@@ -113,3 +113,13 @@ class OffPolicyMode(str, Enum):
     truncate = "truncate"
     mask = "mask"
     reject = "reject"
+
+
+class StopSignal(str, Enum):
+    """A signal that asks a run to stop and save (run.preemption_signals): SIGTERM is what Slurm
+    and Kubernetes send, SIGUSR1/SIGUSR2 what a batch script asks ahead of a time limit
+    (`sbatch --signal`). Its exit code is 128 + its number (launcher/exit_codes.py)."""
+
+    SIGTERM = "SIGTERM"
+    SIGUSR1 = "SIGUSR1"
+    SIGUSR2 = "SIGUSR2"

@@ -59,6 +59,7 @@ RANGES: dict[str, Range] = {
     "run.eval_samples": _zero("greedy only"),
     "run.eval_problems": Range(1, checked_by="EVAL001"),
     "run.hang_timeout_s": POS_FLOAT,
+    "run.preemption_grace_s": POS_FLOAT,
     **{f"model.arch.{name}": POS for name in (
         "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
         "num_attention_heads", "num_key_value_heads", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim",
@@ -110,6 +111,7 @@ RANGES: dict[str, Range] = {
     "algorithm.samples_per_prompt": POS,
     "algorithm.max_response_len": POS,
     "algorithm.dynamic_sampling.max_regenerations": _zero("train on fewer groups, never regenerate"),
+    "algorithm.dynamic_sampling.max_empty_steps": _zero("never end the run"),
     "algorithm.overlong.buffer_len": _zero("off", checked_by="ALGO002"),
     "algorithm.overlong.expected_response_len": POS,
     "algorithm.max_staleness": _zero("on-policy (sync loop)"),

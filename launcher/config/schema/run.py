@@ -1,6 +1,8 @@
 """`run:` section: identity, length, resumption and held-out evaluation of one training run."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
+
+from launcher.config.schema.choices import StopSignal
 
 
 @dataclass
@@ -40,3 +42,18 @@ class RunConfig:
     derived per call from the plan: 3 x its phase's estimate, at least 120 s
     (launcher/driver/deadlines.py). An actor's first call of a method (start-up, the first
     step's compilation) keeps its larger derived allowance (at least 600 s) when that is longer."""
+    preemption_signals: list[StopSignal] = field(default_factory=lambda: [StopSignal.SIGTERM, StopSignal.SIGUSR1])
+    """Signals that stop the run and save it (launcher/driver/preemption.py): the step in flight
+    finishes, or is dropped by the grace deadline while its trainers have not started on it; a
+    checkpoint of the last completed step is written when the newest complete one is older; Ray
+    stops; the exit code is 128 + the signal's number (SIGTERM 143, SIGUSR1 138, SIGUSR2 140) and
+    the console names the checkpoint and the command that resumes. A second signal skips to the
+    clean-up. A listed signal's default action (end at once) is replaced; SIGTERM left out
+    still ends the run, at once and saving nothing new (exit 143). Ctrl-C (SIGINT) always stops
+    at once (exit 130)."""
+    preemption_grace_s: Optional[float] = None
+    """Seconds from a preemption signal to the run's exit, > 0: the step in flight has this less
+    the checkpoint write and Ray's stop to finish, else it is dropped. null = derived from the
+    plan (launcher/plan/preemption.py: 1.5 x a step + a checkpoint write + 30 s). `sbatch`
+    asks Slurm for the signal this long before the time limit; `rayjob` gives the pods this
+    terminationGracePeriodSeconds."""

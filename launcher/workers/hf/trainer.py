@@ -162,6 +162,10 @@ class HfTrainer(TrainerBase):
         """Nothing runs in the background here (save_checkpoint writes at once)."""
         return 0.0
 
+    def checkpoint_written(self) -> bool:
+        """Always: save_checkpoint wrote everything before it returned."""
+        return True
+
     def load_checkpoint(self, path: str) -> str | None:
         """Raises DamagedCheckpointError naming the file when one is missing, cut short, not
         a checkpoint tensor file, or not what its writer recorded. Returns a note for the

@@ -156,6 +156,10 @@ class PendingWrite:
         except BaseException as err:  # noqa: BLE001 - re-raised by wait() in the caller's thread
             self.error = err
 
+    def done(self) -> bool:
+        """The write thread has ended (written or failed: wait() says which)."""
+        return not self.thread.is_alive()
+
     def wait(self) -> float:
         """Seconds the write took (raises what it raised)."""
         self.thread.join()

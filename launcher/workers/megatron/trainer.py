@@ -160,6 +160,12 @@ class MegatronTrainer(TrainerBase):
         pending, self._pending_write = getattr(self, "_pending_write", None), None
         return pending.wait() if pending is not None else 0.0
 
+    def checkpoint_written(self) -> bool:
+        """Whether this rank's async checkpoint write is over (or none runs), without waiting:
+        the driver completes the checkpoint at the first phase boundary after every rank's is."""
+        pending = getattr(self, "_pending_write", None)
+        return pending is None or pending.done()
+
     def load_checkpoint(self, path: str) -> str | None:
         """Any mesh's checkpoint of this run into this rank (a collective). Raises
         CheckpointError (damaged or missing file, named) or CheckpointMismatchError
