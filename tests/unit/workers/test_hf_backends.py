@@ -69,13 +69,15 @@ def test_training_moves_probability_towards_positive_advantages():
 
 
 @pytest.mark.slow
-def test_checkpoint_round_trip_continues_identically(tmp_path):
-    trainer, engine = _pair([])
+@pytest.mark.parametrize("overrides", [[], LORA + ["trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2]"]],
+                         ids=["full", "lora_experts"])
+def test_checkpoint_round_trip_continues_identically(tmp_path, overrides):
+    trainer, engine = _pair(overrides)
     shard = _shard(_generate(engine))
     trainer.train_step(shard)
     trainer.save_checkpoint(str(tmp_path))
     expected = trainer.train_step(shard)
-    cfg = compose_shipped(["recipe=tiny_grpo", "algorithm.max_response_len=3"]).config
+    cfg = compose_shipped(["recipe=tiny_grpo", "algorithm.max_response_len=3", *overrides]).config
     fresh = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
     fresh.load_checkpoint(str(tmp_path))
     assert fresh.train_step(shard) == expected

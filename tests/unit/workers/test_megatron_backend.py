@@ -71,18 +71,31 @@ def test_logprobs_match_hf_trainer_and_merged_sync_reproduces_them():
     assert _close(_engine_logprobs(engine, cfg), trainer.logprobs(_shard()))
 
 
+ATTENTION = "trainer.lora.targets=[q_proj,o_proj,linear_q_up_proj,linear_proj,linear_kv_down_proj]"
+EXPERTS = "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]"
+
+
 @pytest.mark.slow
-def test_lora_adapter_sync_reproduces_trainer_logprobs():
+@pytest.mark.parametrize("extra", [[ATTENTION], [EXPERTS], [EXPERTS, "trainer.lora.normalize_moe_lora=true"],
+                                   [EXPERTS, "trainer.lora.share_expert_adapters=true"],
+                                   ["trainer.lora.targets=[linear_fc1]"]],
+                         ids=["attention", "experts", "experts_normalized", "experts_shared", "gate_up_only"])
+def test_lora_adapter_sync_reproduces_trainer_logprobs(extra):
+    """The adapter the Megatron trainer sends (per-expert names for the routed experts, padded
+    to the rank; a shared expert adapter repeated per expert) loads into the hf engine's fused
+    experts through peft and gives the trainer's log-probs (issue 41's first-sync failure)."""
     from launcher.workers.hf import HfEngine
 
-    cfg = _config("trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.merge=false",
-                  "trainer.lora.targets=[q_proj,o_proj,linear_q_up_proj,linear_proj,linear_kv_down_proj]")
+    cfg = _config("trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.merge=false", *extra)
     trainer = _trainer(cfg)
     for _ in range(2):
         trainer.train_step(_shard())
     engine = HfEngine(ActorSpec.planned(cfg, 0))
     sent = sync_in_process(trainer, [engine], version=2, with_base=True, max_bucket_bytes=64 << 10)
     assert [b.kind for b in sent][0] == "weights" and [b.kind for b in sent][-1] == "adapter"
+    experts_B = [p for n, p in engine.model.named_parameters() if ".mlp.experts." in n and "lora_B" in n]
+    assert bool(experts_B) == ("linear_fc1" in extra[0])
+    assert not experts_B or any(p.abs().max() > 0 for p in experts_B)  # trained expert adapters arrived
     assert _close(_engine_logprobs(engine, cfg), trainer.logprobs(_shard()))
 
 
