@@ -40,41 +40,46 @@ FUSED_EXPERT_PROJECTIONS = 2
 """Checkpoint projections in one fused gate|up parameter (MLP_PROJECTIONS["linear_fc1"])."""
 
 
-def adapter_kwargs(lora_cfg) -> dict:
+def adapter_kwargs(lora_cfg, expert_rank: int | None = None) -> dict:
     """peft LoraConfig arguments for `trainer.lora`: what the hf trainer wraps and every
     trainer sends to the engines with an adapter. Plain data (it crosses Ray). Routed
-    experts get one rank-r adapter per expert on each fused parameter, as the Megatron
-    trainer's linear_fc1/linear_fc2 (one A shared by gate and up)."""
+    experts get one adapter per expert on each fused parameter, as the Megatron trainer's
+    linear_fc1/linear_fc2 (one A shared by gate and up), at `expert_rank` (plan.lora's,
+    smaller with normalize_moe_lora) with the same alpha: scale alpha / expert_rank, as
+    Megatron's. Rule LORA010 guarantees targets."""
     names = sorted({hf for t in lora_cfg.targets for hf in MEGATRON_TO_CHECKPOINT.get(t, [t])})
-    if not names:
-        raise ValueError("trainer.lora.rank > 0 needs trainer.lora.targets (e.g. [linear_proj, linear_fc1, q_proj]; "
-                         "rule LORA010 refuses this config)")
     # A regex so the frozen vision tower never gets adapters.
     pattern = r".*(language_model|model\.layers)\..*\.(" + "|".join(map(re.escape, names)) + r")$"
     kwargs = {"r": lora_cfg.rank, "lora_alpha": lora_cfg.alpha, "target_modules": pattern, "lora_dropout": 0.0}
     experts = sorted(EXPERT_PARAMETERS[t] for t in set(lora_cfg.targets) if t in EXPERT_PARAMETERS)
     if experts:
         kwargs["target_parameters"] = experts
+    if experts and expert_rank not in (None, lora_cfg.rank):
+        kwargs["rank_pattern"] = {re.escape(p): expert_rank for p in experts}
     return kwargs
 
 
 def loading_kwargs(kwargs: dict) -> dict:
-    """`adapter_kwargs` as the adapter loads in checkpoint names (per-expert gate_proj,
-    up_proj, down_proj: what every trainer sends and exports, and vLLM serves) into a
-    transformers model with fused experts. peft converts such names by transformers' rules
-    (peft/utils/transformers_weight_conversion.py) into its own layout, which fixes two
-    things: an expert's gate and up adapters become one of twice the rank (A stacked, B
-    block-diagonal), so the fused gate|up wrapper is built at 2r with 2 alpha (the same
-    scale); and that wrapper sits inside a down_proj one, so down_proj is wrapped too (with
-    linear_fc2 untargeted its adapter stays zero: B starts at zero). Without fused experts
-    targeted it is `kwargs` unchanged."""
-    gate_up, down = EXPERT_PARAMETERS["linear_fc1"], EXPERT_PARAMETERS["linear_fc2"]
-    if gate_up not in kwargs.get("target_parameters", ()):
+    """`adapter_kwargs` as the adapter loads in checkpoint names (what every trainer sends
+    and exports, and vLLM serves: per-expert gate_proj, up_proj, down_proj, each padded to
+    rank r and rescaled to alpha / r, as the Megatron trainer sends a normalize_moe_lora
+    one) into a transformers model with fused experts. peft converts such names by
+    transformers' rules (peft/utils/transformers_weight_conversion.py) into its own layout,
+    which fixes two things: an expert's gate and up adapters become one of twice the rank
+    (A stacked, B block-diagonal), so the gate|up wrapper is built at 2r with 2 alpha (the
+    same scale); and that wrapper sits inside a down_proj one, so down_proj is wrapped too
+    (with linear_fc2 untargeted its adapter stays zero: B starts at zero)."""
+    experts = kwargs.get("target_parameters")
+    if not experts:
         return kwargs
-    key = re.escape(gate_up)
-    return {**kwargs, "target_parameters": sorted({gate_up, down}),
-            "rank_pattern": {key: kwargs["r"] * FUSED_EXPERT_PROJECTIONS},
-            "alpha_pattern": {key: kwargs["lora_alpha"] * FUSED_EXPERT_PROJECTIONS}}
+    loading = {k: v for k, v in kwargs.items() if k != "rank_pattern"}
+    gate_up, down = EXPERT_PARAMETERS["linear_fc1"], EXPERT_PARAMETERS["linear_fc2"]
+    if gate_up in experts:
+        key = re.escape(gate_up)
+        loading |= {"target_parameters": sorted({gate_up, down}),
+                    "rank_pattern": {key: kwargs["r"] * FUSED_EXPERT_PROJECTIONS},
+                    "alpha_pattern": {key: kwargs["lora_alpha"] * FUSED_EXPERT_PROJECTIONS}}
+    return loading
 
 
 def peft_kwargs(lora_cfg) -> dict:

@@ -64,7 +64,7 @@ class TrainerBase(StreamedExport):
         self.pad_id = make_tokenizer(config.model).pad_id
         self.algorithm = make_algorithm(config.algorithm)
         self.temperature = config.algorithm.temperature
-        self.lora = adapter_kwargs(config.trainer.lora) if spec.plan.lora.enabled else None
+        self.lora = adapter_kwargs(config.trainer.lora, spec.plan.lora.expert_rank) if spec.plan.lora.enabled else None
         """peft LoraConfig arguments (shipped to the engines with an adapter), None for full fine-tuning."""
         self.sync_kind = spec.plan.sync.kind
         """What each weight sync ships (plan/sync.py): adapter, merged or full."""

@@ -1,8 +1,9 @@
-"""LoRA rules: MoE rank normalisation, adapter sync with vLLM, targetable modules."""
+"""LoRA rules: MoE rank normalisation, adapter sync with vLLM, targetable modules, what the
+hf backends' peft adapters can hold."""
 from launcher.config.schema.choices import InferenceBackendName, TrainerBackendName
-from launcher.plan.lora import KNOWN_TARGETS, VLLM_LORA_RANKS
+from launcher.plan.lora import EXPERT_PARAMETERS, KNOWN_TARGETS, VLLM_LORA_RANKS
 from launcher.plan.sync import SyncKind
-from launcher.validate.registry import error, rule, warning
+from launcher.validate.registry import error, rule
 
 NOT_TARGETABLE = ("f_b_proj", "g_b_proj")
 
@@ -72,12 +73,15 @@ def known_targets(cfg, plan):
 
 @rule("LORA006")
 def targets_without_rank(cfg, plan):
-    """Targets given with rank 0 are ignored."""
+    """Targets given with rank 0: the run would be full fine-tuning, not the LoRA they ask for."""
     lora = cfg.trainer.lora
-    if not plan.lora.enabled and lora.targets:
-        yield warning("trainer.lora.targets", f"trainer.lora.rank=0 with {len(lora.targets)} targets",
-                      "rank 0 means full fine-tuning; the targets are ignored.",
-                      "Set a rank > 0 for LoRA, or clear trainer.lora.targets.")
+    if lora.rank == 0 and lora.targets:
+        yield error("trainer.lora.targets", f"trainer.lora.rank={lora.rank} with {len(lora.targets)} targets "
+                    f"{list(lora.targets)}",
+                    "rank 0 is full fine-tuning: every weight trains (its optimizer state, memory and full "
+                    "weight sync) and the targets are ignored, a different run from the LoRA one they name.",
+                    "Set trainer.lora.rank > 0 for LoRA (e.g. trainer.lora.rank=8), or trainer.lora.targets=[] "
+                    "for full fine-tuning.")
 
 
 @rule("LORA007")
@@ -124,3 +128,30 @@ def vllm_unserved_targets(cfg, plan):
                     "adapter loads without error and changes no output (vllm#48974): the engines would sample "
                     "from another policy than the one trained.",
                     f"Remove {bad} from trainer.lora.targets, or set trainer.lora.merge=true (merged sync).")
+
+
+@rule("LORA010")
+def rank_without_targets(cfg, plan):
+    """LoRA (rank > 0) needs at least one target."""
+    lora = cfg.trainer.lora
+    if plan.lora.enabled and not lora.targets:
+        yield error("trainer.lora.targets", f"trainer.lora.rank={lora.rank} with trainer.lora.targets=[]",
+                    "A LoRA run trains only its adapters and freezes the rest: with no target there is nothing "
+                    "to train (the trainers refuse to build it).",
+                    "Name the modules to adapt, e.g. trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj], "
+                    "or set trainer.lora.rank=0 for full fine-tuning.")
+
+
+@rule("LORA011")
+def hf_shared_expert_adapters(cfg, plan):
+    """The hf trainer adapts each routed expert on its own: it cannot share one adapter."""
+    lora = cfg.trainer.lora
+    routed = any(t in EXPERT_PARAMETERS for t in lora.targets)
+    if (plan.lora.enabled and lora.share_expert_adapters and routed and plan.arch.has_moe
+            and cfg.trainer.backend is TrainerBackendName.hf):
+        yield error("trainer.lora.share_expert_adapters",
+                    "trainer.lora.share_expert_adapters=true with trainer.backend=hf",
+                    "The hf trainer adapts the routed experts' fused parameters through peft's target_parameters, "
+                    "which holds one adapter per expert; it has no adapter shared by a layer's experts, so the "
+                    "run would train a different adapter from the one configured.",
+                    "Set trainer.lora.share_expert_adapters=false, or trainer.backend=megatron.")

@@ -91,17 +91,33 @@ def adapter_state(peft_model) -> dict[str, torch.Tensor]:
 def checkpoint_adapter(peft_model) -> Iterator[tuple[str, torch.Tensor]]:
     """The adapter under the checkpoint's names, as the engines load it and export writes it:
     Linear adapters by module, each fused expert parameter's as one adapter per expert and
-    checkpoint projection (the Megatron trainer's layout)."""
+    checkpoint projection at the config's rank (the Megatron trainer's layout)."""
     from peft.tuners.lora import ParamWrapper
 
     base = peft_model.get_base_model()
     fused = {name for name, m in peft_model.named_modules() if isinstance(m, ParamWrapper)}
     linear = ((k, v) for k, v in adapter_state(peft_model).items() if k.rsplit(".lora_", 1)[0] not in fused)
     yield from checkpoint_adapter_items(base, linear)
+    config = peft_model.peft_config[ADAPTER_NAME]
     for weight, module in _adapted(peft_model).items():
         if isinstance(module, ParamWrapper):
-            yield from expert_adapter_items(base, weight, module.lora_A[ADAPTER_NAME].weight.detach(),
-                                            module.lora_B[ADAPTER_NAME].weight.detach(), module.num_experts)
+            yield from expert_adapter_items(base, weight, *_at_rank(module, config.r, config.lora_alpha),
+                                            module.num_experts)
+
+
+def _at_rank(module, rank: int, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fused expert wrapper's (A, B) padded to `rank` per expert with B rescaled, so that
+    alpha / rank * B A is the wrapper's own scale * B A (its rank is smaller with
+    normalize_moe_lora): the one scale every adapter is served with, as the Megatron
+    trainer pads (workers/megatron/_export.py)."""
+    a, b = module.lora_A[ADAPTER_NAME].weight.detach(), module.lora_B[ADAPTER_NAME].weight.detach()
+    own, experts = module.r[ADAPTER_NAME], module.num_experts
+    if own == rank and module.scaling[ADAPTER_NAME] == alpha / rank:
+        return a, b
+    factor = module.scaling[ADAPTER_NAME] * rank / alpha
+    a = torch.nn.functional.pad(a.reshape(experts, own, -1), (0, 0, 0, rank - own)).reshape(experts * rank, -1)
+    b = torch.nn.functional.pad(b.reshape(b.shape[0], own, experts) * factor, (0, 0, 0, rank - own))
+    return a, b.reshape(b.shape[0], rank * experts)
 
 
 def load_adapter(peft_model, tensors: dict[str, torch.Tensor]) -> None:

@@ -56,7 +56,12 @@ def _logprobs(model, tokens, temperature):
     return out
 
 
-def test_merged_sync_adapter_sync_and_export_give_the_trainers_logprobs(tmp_path):
+NORMALIZED = ["trainer.lora.normalize_moe_lora=true"]
+"""Expert rank 4 / top-2 = 2 in training; sent padded to 4 (scale kept) as the Megatron trainer does."""
+
+
+@pytest.mark.parametrize("extra", [[], NORMALIZED], ids=["rank", "normalized"])
+def test_merged_sync_adapter_sync_and_export_give_the_trainers_logprobs(tmp_path, extra):
     from peft import LoraConfig, PeftModel
     from safetensors.torch import save_file
 
@@ -64,13 +69,15 @@ def test_merged_sync_adapter_sync_and_export_give_the_trainers_logprobs(tmp_path
     from launcher.workers.hf import lora
     from launcher.workers.hf.model import build_model
 
-    cfg = _config()
+    cfg = _config(*extra)
     trainer, tokens = _trained(cfg)
     want = trainer.logprobs(_shard(tokens))
     experts_B = [p for n, p in trainer.model.named_parameters() if ".mlp.experts." in n and "lora_B" in n]
     assert len(experts_B) == 2 * 3 and all(p.abs().max() > 0 for p in experts_B)  # gate_up, down x 3 MoE layers
+    rank = ActorSpec.planned(cfg, 0, 1).plan.lora.expert_rank
+    assert all(p.shape[1] == rank * cfg.model.arch.n_routed_experts for p in experts_B)  # trained at the expert rank
     for merge in ("true", "false"):
-        synced = _config(f"trainer.lora.merge={merge}")
+        synced = _config(f"trainer.lora.merge={merge}", *extra)
         engine = engine_class("hf")(ActorSpec.planned(synced, 0))
         trainer.sync_kind = ActorSpec.planned(synced, 0, 1).plan.sync.kind
         sync_in_process(trainer, [engine], 1, with_base=True)
@@ -83,7 +90,8 @@ def test_merged_sync_adapter_sync_and_export_give_the_trainers_logprobs(tmp_path
     assert _gap(_logprobs(exported, tokens, cfg.algorithm.temperature), want) < TOL
 
 
-def test_the_hf_trainer_sends_the_megatron_trainers_adapter_names_and_shapes():
+@pytest.mark.parametrize("extra", [[], NORMALIZED], ids=["rank", "normalized"])
+def test_the_hf_trainer_sends_the_megatron_trainers_adapter_names_and_shapes(extra):
     """Per expert and projection, gate and up sharing A (Megatron's fused linear_fc1), under
     the checkpoint's module names (model/names.py) that vLLM and peft load."""
     from launcher.workers.hf import lora
@@ -91,10 +99,10 @@ def test_the_hf_trainer_sends_the_megatron_trainers_adapter_names_and_shapes():
     from launcher.workers.megatron._export import adapter_tensors
     from tests.unit.megatron_world import init_world_of_one
 
-    cfg = _config()
+    cfg = _config(*extra)
     hf = dict(lora.checkpoint_adapter(trainer_class("hf")(ActorSpec.planned(cfg, 0, 1)).model))
     init_world_of_one()
-    megatron_cfg = _config("trainer.backend=megatron")
+    megatron_cfg = _config("trainer.backend=megatron", *extra)
     megatron = MegatronTrainer(ActorSpec.planned(megatron_cfg, 0, 1))
     megatron.init_distributed("127.0.0.1", 0)
     sent = adapter_tensors(megatron.model, cfg.trainer.lora.rank, cfg.trainer.lora.alpha)
