@@ -320,6 +320,15 @@ class EngineGroup(_Group):
         self._owner[ref] = engine
         return ref
 
+    def cancel_in_flight(self) -> None:
+        """A dropped step's chunks (driver/preemption.py): those still queued on an engine are
+        cancelled (Ray's cancel of an actor task that has not started), so each engine has only
+        the chunk it is generating left to finish before the next call."""
+        for ref, engine in self._owner.items():
+            ray.cancel(ref)
+            self.in_flight[engine] -= 1
+        self._owner.clear()
+
     def wait_done(self, refs: list, timeout_s: float | None = None) -> list:
         """The chunks among `refs` (from submit) that are done, like ray.wait: at least one, or
         with timeout_s whatever finished within it. HangError when an engine holding one of

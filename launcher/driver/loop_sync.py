@@ -124,6 +124,7 @@ def _generate(rt: Runtime, step: int, level: int) -> tuple[list, dict, list, flo
         return groups, gen, seen, eval_s
     except StepDropped:
         rt.state, rt.pending_eval = before, None  # the dropped step's prompts are drawn again on resume
+        rt.engines.cancel_in_flight()
         _trainer_takes_the_gpus(rt, level)
         sys.stderr.write(f"preemption: step {step} dropped before its trainers started on it\n")
         raise

@@ -58,7 +58,7 @@ class NoSignalWatch:
         limit_groups = self.limit * self.asked * self.rounds
         if self.limit and len(self.groups_in_a_row) >= limit_groups:
             raise NoSignalError(self._message(f"{len(self.groups_in_a_row)} groups in a row (the groups of "
-                                              f"{self.limit} steps with their {self.rounds} rounds)"))
+                                              f"{self.limit} steps with their {self.rounds} round(s) each)"))
 
     def _reset(self) -> None:
         self.empty_steps, self.groups_in_a_row = 0, []

@@ -8,8 +8,10 @@ since the last periodic checkpoint. On the first signal instead:
 1. The step in flight goes on. While its trainers have not started on it (generation, the
    colocated swap, the next step's evaluation) it is *droppable*: when the step deadline
    (the grace less the checkpoint write and Ray's stop, launcher/plan/preemption.py) passes,
-   SIGALRM raises StepDropped there, and the step's data position is given back, so the
-   resumed run draws the same prompts. Once the trainers work on it, it finishes: half a
+   StepDropped is raised there, and the step's data position is given back, so the resumed
+   run draws the same prompts. The deadline is a timer thread that sends the same signal to
+   the main thread (only a signal interrupts the driver's blocking waits on Ray; SIGALRM is
+   the reward calls' time limit, launcher/rl/_deadline.py). Once the trainers work on it, it finishes: half a
    step's optimizer updates can be saved as no step at all.
 2. The loop stops at the next step boundary; the driver completes a background checkpoint
    write, writes the last completed step's when the newest complete checkpoint is older,
@@ -21,6 +23,7 @@ raises StopNow (a KeyboardInterrupt) wherever the driver is: it skips to the cle
 import contextlib
 import signal
 import sys
+import threading
 import time
 
 
@@ -63,6 +66,9 @@ class Preemption:
         self.running = False
         """Set once the loop runs: before, a signal skips to the clean-up at once."""
         self._droppable = False
+        self._timer: threading.Timer | None = None
+        self._deadline_sent = False
+        """The next signal is the step deadline's own (sent by _timer), not a second one."""
 
     @property
     def requested(self) -> bool:
@@ -79,15 +85,15 @@ class Preemption:
 
     @contextlib.contextmanager
     def installed(self):
-        """This run's handlers for its signals and SIGALRM; the previous ones back on the way out."""
+        """This run's handlers for its signals; the previous ones back on the way out."""
         previous = {s: signal.signal(s, self._on_signal) for s in self.signals}
         if signal.SIGTERM not in self.signals:  # left out of run.preemption_signals: it stops at once
             previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._stop_now)
-        previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._on_alarm)
         try:
             yield self
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            if self._timer is not None:
+                self._timer.cancel()
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
@@ -96,20 +102,28 @@ class Preemption:
         raise StopNow(signum)
 
     def _on_signal(self, signum, frame) -> None:
+        if self._deadline_sent:
+            self._deadline_sent = False
+            if self._droppable:
+                raise StepDropped()
+            _say("the step deadline passed while the trainers work on the step in flight: it finishes first "
+                 "(a second signal stops at once)")
+            return
         if self.requested or not self.running:
             self._stop_now(signum, frame)
         self.signum, self.received = signum, time.monotonic()
-        signal.setitimer(signal.ITIMER_REAL, max(self.step_budget_s, 0.001))
+        self._timer = threading.Timer(self.step_budget_s, self._send_deadline)
+        self._timer.daemon = True
+        self._timer.start()
         _say(f"{signal.Signals(signum).name} received: the step in flight finishes, or is dropped in "
              f"{self.step_budget_s:.0f} s while its trainers have not started on it; then the last completed "
              f"step is saved and Ray stops (grace {self.grace_s:.0f} s: {self.basis}). A second signal stops at "
              "once, saving nothing more")
 
-    def _on_alarm(self, signum, frame) -> None:
-        if self._droppable:
-            raise StepDropped()
-        _say("the step deadline passed while the trainers work on the step in flight: it finishes first "
-             "(a second signal stops at once)")
+    def _send_deadline(self) -> None:
+        """On the timer's thread: the step deadline, as the received signal sent to the main thread."""
+        self._deadline_sent = True
+        signal.pthread_kill(threading.main_thread().ident, self.signum)
 
     @contextlib.contextmanager
     def droppable(self):

@@ -121,7 +121,7 @@ def test_a_stopped_engine_fails_the_run_naming_it_and_the_call(launch_run):
     assert _still_running({victim["pid"]: victim["label"]}) == {}
 
 
-def test_sigterm_while_ray_starts_exits_130_and_leaves_no_ray_process(launch_run):
+def test_sigterm_while_ray_starts_exits_143_and_leaves_no_ray_process(launch_run):
     run = launch_run("term", SMALL)
     # gcs_server is Ray's first process: from here until actors start, ray.init is running.
     _wait_until(lambda: next((p for p, n in _ray_descendants(run).items() if n == "gcs_server"), None), run,
@@ -132,8 +132,8 @@ def test_sigterm_while_ray_starts_exits_130_and_leaves_no_ray_process(launch_run
         started.update(_ray_descendants(run))
         time.sleep(0.02)
     code, out, err = run.finish(timeout_s=60)
-    assert code == 130, err[-3000:]
-    assert "interrupted during Ray start-up; Ray stopped" in err, err[-3000:]
+    assert code == 143, err[-3000:]
+    assert "interrupted during Ray start-up (SIGTERM); Ray stopped" in err, err[-3000:]
     assert _still_running(started) == {}
 
 
@@ -175,7 +175,7 @@ def test_the_next_run_stops_what_a_sigkilled_drivers_ray_left(launch_run, privat
         for pid in _running(lingering):
             os.kill(pid, signal.SIGKILL)
     assert not_stopped == {}, f"still running after the next run started: {not_stopped}"
-    assert code == 130, err[-3000:]
+    assert code == 143, err[-3000:]
     line = next((ln for ln in out.splitlines() if "left by an earlier run whose driver was killed" in ln), "")
     for pid, name in lingering.items():
         assert f"{name} pid {pid}" in line, out[-3000:]
