@@ -18,7 +18,9 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = ["run.steps=2", "checkpoint.every_steps=2", "algorithm.prompts_per_step=4", "algorithm.mini_batch_prompts=4",
          "algorithm.samples_per_prompt=8", "trainer.optimizer.lr=0.02"]
-LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.lora.targets=[linear_proj,q_proj,f_a_proj]"]
+LORA = ["trainer.lora.rank=4", "trainer.lora.alpha=8",
+        "trainer.lora.targets=[linear_proj,q_proj,f_a_proj,linear_fc1,linear_fc2]"]
+"""Attention, KDA and the MLPs: dense, shared and routed experts (per expert in the adapter folder)."""
 
 
 def _launcher(*args: str) -> subprocess.CompletedProcess:
@@ -70,12 +72,15 @@ def _loaded_trainer(args: list[str], checkpoint: Path):
     return trainer
 
 
-def test_megatron_lora_run_exports_merged_and_adapter_folders(tiny_glm_checkpoint, tmp_path):
+@pytest.mark.parametrize("backend", ["megatron", "hf"])
+def test_lora_run_exports_merged_and_adapter_folders(tiny_glm_checkpoint, tmp_path, backend):
+    """Both trainers' exports agree: the merged folder and the PEFT adapter folder (routed
+    experts per expert, loaded through peft's target_parameters) give the trainer's log-probs."""
     from peft import PeftModel
     from transformers.models.glm5_next import Glm5NextForConditionalGeneration as Glm
 
-    checkpoint, args = _train(tmp_path, "meg_lora", ["trainer.backend=megatron", f"model.hf_path={tiny_glm_checkpoint}",
-                                                     *LORA])
+    checkpoint, args = _train(tmp_path, f"{backend}_lora", [f"trainer.backend={backend}",
+                                                            f"model.hf_path={tiny_glm_checkpoint}", *LORA])
     _export(checkpoint, tmp_path / "merged")
     _export(checkpoint, tmp_path / "adapter", "--adapter")
     want = _trainer_logprobs(_loaded_trainer(args, checkpoint))
