@@ -3,6 +3,10 @@ KubeRay creates a Ray cluster of the plan's shape (the head and cluster.nodes - 
 pod with cluster.gpus_per_node GPUs, on nodes matching cluster.kubernetes.node_selector), runs
 `python -m launcher run <the same overrides>` on it as a Ray job, and deletes the cluster after
 the job (shutdownAfterJobFinishes, after cluster.kubernetes.ttl_seconds_after_finished).
+Each pod's terminationGracePeriodSeconds is run.preemption_grace_s (launcher/plan/preemption.py):
+a drained or preempted node's pods get SIGTERM and that long before SIGKILL, the time the driver
+needs to finish or drop its step, save and stop Ray (launcher/driver/preemption.py). Ray's own
+processes in the pods get the SIGTERM too; whether they outlive the save there is untested.
 
     python -m launcher rayjob [overrides]             writes <run dir>/rayjob.yaml: `kubectl apply -f` it
     python -m launcher rayjob --dry-run [overrides]   prints it; writes nothing
@@ -10,6 +14,7 @@ the job (shutdownAfterJobFinishes, after cluster.kubernetes.ttl_seconds_after_fi
 Checked against KubeRay v1.7.0's own RayJob CRD schema in the tests (tests/unit/cli/test_rayjob.py, the CRD in
 tests/fixtures/kuberay/); never applied to a Kubernetes cluster here.
 """
+import math
 import os
 import re
 import shlex
@@ -24,6 +29,7 @@ from launcher.config.compose import Composed
 from launcher.config.schema.choices import GpuArch
 from launcher.errors import Finding
 from launcher.exit_codes import ExitCode
+from launcher.plan.preemption import grace_s
 from launcher.validate import plan_and_check
 from launcher.validate.report import findings_text
 
@@ -50,7 +56,7 @@ def entrypoint(composed: Composed) -> str:
     return shlex.join(["python", "-m", "launcher", "run", *kept, "cluster.ray_address=auto"])
 
 
-def _pod_template(composed: Composed, role: str) -> dict:
+def _pod_template(composed: Composed, role: str, grace_s: int) -> dict:
     """One Ray pod: the image, the node's GPUs as NVIDIA's device-plugin resource (a CPU cluster file's
     logical GPUs go to Ray as num-gpus instead, see _ray_start_params), a memory-backed /dev/shm for
     Ray's object store (a container's default is 64 MiB), and the output claim at run.output_dir."""
@@ -64,7 +70,7 @@ def _pod_template(composed: Composed, role: str) -> dict:
     if k8s.output_claim:
         container["volumeMounts"].append({"name": "runs", "mountPath": composed.config.run.output_dir})
         volumes.append({"name": "runs", "persistentVolumeClaim": {"claimName": k8s.output_claim}})
-    spec = {"containers": [container], "volumes": volumes}
+    spec = {"containers": [container], "volumes": volumes, "terminationGracePeriodSeconds": grace_s}
     if k8s.node_selector:
         spec["nodeSelector"] = dict(k8s.node_selector)
     return {"spec": spec}
@@ -77,12 +83,12 @@ def _ray_start_params(composed: Composed) -> dict[str, str]:
     return {"num-gpus": str(cluster.gpus_per_node)} if cluster.gpu.arch is GpuArch.cpu else {}
 
 
-def _ray_cluster_spec(composed: Composed) -> dict:
+def _ray_cluster_spec(composed: Composed, grace_s: int) -> dict:
     """Head and workers of the plan's shape; Ray's token authentication on, with a token KubeRay
     makes and hands to every pod and to the job's submitter."""
     spec = {"authOptions": {"mode": "token"},
             "headGroupSpec": {"rayStartParams": _ray_start_params(composed),
-                              "template": _pod_template(composed, "head")}}
+                              "template": _pod_template(composed, "head", grace_s)}}
     try:
         spec["rayVersion"] = metadata.version("ray")  # the project's Ray, which the image must carry
     except metadata.PackageNotFoundError:
@@ -91,11 +97,12 @@ def _ray_cluster_spec(composed: Composed) -> dict:
     if workers:
         spec["workerGroupSpecs"] = [{"groupName": "workers", "replicas": workers, "minReplicas": workers,
                                      "maxReplicas": workers, "rayStartParams": _ray_start_params(composed),
-                                     "template": _pod_template(composed, "worker")}]
+                                     "template": _pod_template(composed, "worker", grace_s)}]
     return spec
 
 
-def rayjob_manifest(composed: Composed) -> dict:
+def rayjob_manifest(composed: Composed, grace_s: float) -> dict:
+    """The RayJob; `grace_s`: run.preemption_grace_s, each pod's terminationGracePeriodSeconds."""
     k8s = composed.config.cluster.kubernetes
     return {"apiVersion": "ray.io/v1", "kind": "RayJob",
             "metadata": {"name": rayjob_name(composed.config.run.name)},
@@ -103,7 +110,7 @@ def rayjob_manifest(composed: Composed) -> dict:
                      "runtimeEnvYAML": yaml.safe_dump({"env_vars": {"PYTHONUNBUFFERED": "1"}}),
                      "shutdownAfterJobFinishes": True,
                      "ttlSecondsAfterFinished": k8s.ttl_seconds_after_finished,
-                     "rayClusterSpec": _ray_cluster_spec(composed)}}
+                     "rayClusterSpec": _ray_cluster_spec(composed, math.ceil(grace_s))}}
 
 
 def manifest_findings(config) -> list[Finding]:
@@ -140,7 +147,7 @@ def cmd_rayjob(composed: Composed, dry_run: bool) -> int:
         return ExitCode.REFUSED
     if findings:
         sys.stderr.write(findings_text(findings, "validation: "))
-    text = yaml.safe_dump(rayjob_manifest(composed), sort_keys=False)
+    text = yaml.safe_dump(rayjob_manifest(composed, grace_s(composed.config, plan)[0]), sort_keys=False)
     if dry_run:
         sys.stdout.write(text)
         return ExitCode.OK

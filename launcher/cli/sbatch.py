@@ -4,10 +4,22 @@ cluster.nodes are alive, runs `python -m launcher run` against that Ray (cluster
 stops Ray on every node however the run ends. Its time limit comes from the plan
 (launcher/cli/slurm_time.py).
 
+Preemption: the script asks Slurm for SIGUSR1 run.preemption_grace_s before the limit
+(`--signal=B:USR1@<grace>`, launcher/plan/preemption.py) and hands it to the launcher, which saves
+the last completed step and exits 138 (launcher/driver/preemption.py). After a 138 the script
+stops Ray and requeues the job (`--requeue`); the requeued job runs the same script, which then
+resumes (run.resume=auto, whatever the first start said), until run.steps are done.
+`scancel --signal=USR1 --batch JOB` does the same by hand; `scancel --signal=USR2 --batch JOB`
+saves and ends the job (exit 140, no requeue). A plain `scancel`, and the limit itself, send
+SIGTERM to every process of the job, Ray's included: the launcher tries to save, but its
+trainers are going too (the `B:` signal ahead of the limit exists for this), so the script
+only waits for the launcher then.
+
     python -m launcher sbatch [overrides]             writes <run dir>/sbatch.sh (and the run's plan)
     python -m launcher sbatch --submit [overrides]    ... and submits it with Slurm's `sbatch`
     python -m launcher sbatch --dry-run [overrides]   prints the script; writes and submits nothing
 """
+import math
 import os
 import shlex
 import shutil
@@ -22,11 +34,14 @@ from launcher.cli.submit import refuse_secret_overrides
 from launcher.config.compose import Composed
 from launcher.driver.rundir import run_dir_of
 from launcher.exit_codes import ExitCode
+from launcher.plan.preemption import grace_s
 from launcher.validate import plan_and_check
 from launcher.validate.report import findings_text
 
 RAY_PORT = 6379
 NODES_TIMEOUT_S = 300
+SLURM_MAX_SIGNAL_S = 65535
+"""The largest `--signal=...@<seconds>` Slurm accepts."""
 
 _TEMPLATE = """\
 #!/bin/bash
@@ -37,9 +52,23 @@ _TEMPLATE = """\
 #SBATCH --time={time}
 #SBATCH --exclusive
 #SBATCH --output={run_dir}/slurm-%j.out
+#SBATCH --open-mode=append
+#SBATCH --signal=B:USR1@{grace}
+#SBATCH --requeue
 # Written by `python -m launcher sbatch` for {run_dir}: Ray on the allocation, then the run.
 # --time: {time_basis}.
+# --signal: USR1 to this script {grace} s before the limit: the launcher saves the last completed
+# step and exits {usr1_code}, and the job is requeued to resume from it. {grace} s: {grace_basis}.
 set -uo pipefail
+launcher=""
+stop=""
+forward() {{  # USR1/USR2 reach this script alone (`B:`, `scancel --batch`): the launcher saves and exits
+  stop=$1
+  [ -n "$launcher" ] && kill -"$1" "$launcher" 2>/dev/null
+}}
+trap 'forward USR1' USR1
+trap 'forward USR2' USR2
+trap 'stop=TERM' TERM  # Slurm sends SIGTERM to the launcher itself: wait for it below
 cd {root}
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 head_ip=$(srun --overlap --nodes=1 --ntasks=1 -w "${{nodes[0]}}" hostname --ip-address | awk '{{print $1}}')
@@ -84,26 +113,45 @@ for node in "${{nodes[@]:1}}"; do
 done
 wait_for_nodes {nodes}
 
-{python} -m launcher run {overrides} cluster.ray_address="$address"
+[ -n "$stop" ] && {{ echo "SIG$stop before the run started: nothing to save" >&2; exit $((128 + $(kill -l "$stop"))); }}
+resume={resume}
+[ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ] && resume=auto  # requeued: continue from the newest checkpoint
+{python} -m launcher run {overrides} run.resume="$resume" cluster.ray_address="$address" &
+launcher=$!
+wait "$launcher"
 rc=$?
+while kill -0 "$launcher" 2>/dev/null; do  # a trapped signal ends `wait` early: wait for the launcher itself
+  wait "$launcher"
+  rc=$?
+done
+if [ "$rc" = {usr1_code} ]; then
+  stop_ray
+  trap - EXIT
+  echo "requeueing job $SLURM_JOB_ID (restart ${{SLURM_RESTART_COUNT:-0}}): it resumes from the checkpoint just saved"
+  scontrol requeue "$SLURM_JOB_ID"
+fi
 exit $rc
 """
 
 
-def sbatch_script(composed: Composed, run_dir: Path, limit: TimeLimit) -> str:
+def sbatch_script(composed: Composed, run_dir: Path, limit: TimeLimit, grace: tuple[float, str]) -> str:
     """The batch script for this run: nodes and GPUs per node from the cluster section, the run's own
     overrides with an absolute run.output_dir, this venv's python and ray. It runs from the folder sbatch
-    was called in, where the recipe's relative data paths resolve (launcher.paths)."""
+    was called in, where the recipe's relative data paths resolve (launcher.paths). `grace`: (seconds, how
+they were found) of run.preemption_grace_s."""
     cluster = composed.config.cluster
     kept = [o for o in composed.overrides if o.partition("=")[0].lstrip("+~") not in ("run.output_dir",
-                                                                                      "cluster.ray_address")]
+                                                                                      "cluster.ray_address",
+                                                                                      "run.resume")]
     overrides = [*kept, f"run.output_dir={os.path.abspath(composed.config.run.output_dir)}"]
     python = Path(sys.executable)
     return _TEMPLATE.format(name=composed.config.run.name, nodes=cluster.nodes, gpus=cluster.gpus_per_node,
                             run_dir=run_dir, root=shlex.quote(os.getcwd()), port=RAY_PORT,
                             ray=shlex.quote(str(python.with_name("ray"))), python=shlex.quote(str(python)),
                             timeout=NODES_TIMEOUT_S, overrides=shlex.join(overrides), time=limit.slurm,
-                            time_basis=limit.basis)
+                            time_basis=limit.basis, grace=math.ceil(grace[0]), grace_basis=grace[1],
+                            usr1_code=int(ExitCode.PREEMPTED_USR1),
+                            resume=shlex.quote(composed.config.run.resume))
 
 
 def cmd_sbatch(composed: Composed, dry_run: bool, submit: bool) -> int:
@@ -114,14 +162,21 @@ def cmd_sbatch(composed: Composed, dry_run: bool, submit: bool) -> int:
         return ExitCode.REFUSED
     if findings:
         sys.stderr.write(findings_text(findings, "validation: "))
-    limit = time_limit(composed.config, plan, bring_up_s=2 * NODES_TIMEOUT_S)  # the head's wait, then the workers'
+    grace = grace_s(composed.config, plan)
+    if grace[0] > SLURM_MAX_SIGNAL_S:
+        sys.stderr.write(f"refusing to write the batch script: the preemption grace is {grace[0]:.0f} s ({grace[1]}), "
+                         f"more than the {SLURM_MAX_SIGNAL_S} s Slurm's --signal takes.\n"
+                         f"    fix: set run.preemption_grace_s to at most {SLURM_MAX_SIGNAL_S}.\n")
+        return ExitCode.REFUSED
+    # The head's wait, then the workers'; the grace before the limit
+    limit = time_limit(composed.config, plan, bring_up_s=2 * NODES_TIMEOUT_S, grace_s=grace[0])
     if not _partition_fits(composed.config.cluster, limit):
         return ExitCode.REFUSED
     run_dir = Path(os.path.abspath(run_dir_of(composed)))
     if dry_run:
-        sys.stdout.write(sbatch_script(composed, run_dir, limit))
+        sys.stdout.write(sbatch_script(composed, run_dir, limit, grace))
         return ExitCode.OK
-    script = write_beside_plan(composed, plan, "sbatch.sh", sbatch_script(composed, run_dir, limit))
+    script = write_beside_plan(composed, plan, "sbatch.sh", sbatch_script(composed, run_dir, limit, grace))
     if script is None:
         return ExitCode.REFUSED
     if submit:

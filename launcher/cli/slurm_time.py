@@ -1,13 +1,15 @@
 """`#SBATCH --time` for a run: Slurm kills a job at its limit, and a scheduler backfills short
 jobs first, so the limit comes from the plan rather than a fixed guess.
 
-    limit = TIME_MARGIN x (start-up + run.steps x step + checkpoints x checkpoint) + Ray bring-up
+    limit = TIME_MARGIN x (start-up + run.steps x step + checkpoints x checkpoint) + Ray bring-up + grace
 
 The phase estimates are the ones the driver's hang deadlines use (launcher/driver/deadlines.py
 phase_estimates_s, from plan.timing, plan.sync and plan.startup): one step is generation + weight
 sync + log-prob pass + training; a checkpoint is written every checkpoint.every_steps and after
 the last step. Held-out evaluations (run.eval_every_steps) have no estimate and are covered by
-the margin only. Ray bring-up is the script's own readiness wait. Rounded up to a whole minute.
+the margin only. Ray bring-up is the script's own readiness wait; the grace is
+run.preemption_grace_s (launcher/plan/preemption.py), before the limit, when Slurm signals the
+run to save and stop (`--signal`): the run's planned work ends before it. Rounded up to a whole minute.
 """
 import bisect
 import math
@@ -33,11 +35,13 @@ class TimeLimit:
     every_steps: int
     """checkpoint.every_steps (0: only after the last step)."""
     bring_up_s: float
+    grace_s: float = 0.0
+    """run.preemption_grace_s: Slurm signals the run this long before the limit."""
 
     def seconds_for(self, steps: int) -> int:
         ckpts = checkpoints_written(steps, self.every_steps)
         work = self.startup_s + steps * self.step_s + ckpts * self.checkpoint_s
-        return math.ceil((TIME_MARGIN * work + self.bring_up_s) / 60) * 60
+        return math.ceil((TIME_MARGIN * work + self.bring_up_s + self.grace_s) / 60) * 60
 
     @property
     def seconds(self) -> int:
@@ -52,8 +56,8 @@ class TimeLimit:
         """How `seconds` was derived, written into the script as a comment."""
         ckpts = checkpoints_written(self.steps, self.every_steps)
         return (f"{TIME_MARGIN:g} x (start-up {self.startup_s:.0f} s + {self.steps} steps x {self.step_s:.1f} s + "
-                f"{ckpts} checkpoint(s) x {self.checkpoint_s:.0f} s) + {self.bring_up_s:.0f} s Ray bring-up, "
-                "in whole minutes")
+                f"{ckpts} checkpoint(s) x {self.checkpoint_s:.0f} s) + {self.bring_up_s:.0f} s Ray bring-up + "
+                f"{self.grace_s:.0f} s preemption grace, in whole minutes")
 
     def steps_within(self, max_s: int) -> int:
         """The most steps (up to `steps`) whose limit is at most `max_s`; 0 when not even one fits.
@@ -73,9 +77,9 @@ def checkpoints_written(steps: int, every_steps: int) -> int:
     return periodic + (0 if every_steps > 0 and steps % every_steps == 0 else 1)
 
 
-def time_limit(config, plan, bring_up_s: float) -> TimeLimit:
+def time_limit(config, plan, bring_up_s: float, grace_s: float = 0.0) -> TimeLimit:
     """The job's limit for `config.run.steps` steps from the plan's estimates (module docstring)."""
     phases = phase_estimates_s(plan, config.cluster.gpus_per_node)
     return TimeLimit(steps=config.run.steps, step_s=sum(phases[p] for p in STEP_PHASES),
                      startup_s=phases["start-up"], checkpoint_s=phases["checkpoint"],
-                     every_steps=config.checkpoint.every_steps, bring_up_s=bring_up_s)
+                     every_steps=config.checkpoint.every_steps, bring_up_s=bring_up_s, grace_s=grace_s)

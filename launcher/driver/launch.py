@@ -300,6 +300,12 @@ def launch(composed, plan, run_dir) -> int:
             sys.stderr.write(f"{what}. Last checkpoint: {ckpt.latest() or 'none'}\n{_resume_line(composed, ckpt)}")
             return of_signal(signum)
         except (ActorDiedError, CheckpointError, PlacementError, NoSignalError) as err:  # expected: no traceback
+            if preemption.requested:  # e.g. Slurm's SIGTERM reached the Ray processes too: they went first
+                name = signal.Signals(preemption.signum).name
+                sys.stderr.write(f"{name} received, then the run could not finish its step or save: {err}\n"
+                                 f"Ray stopped. Last checkpoint: {ckpt.latest() or 'none'}\n"
+                                 f"{_resume_line(composed, ckpt)}")
+                return of_signal(preemption.signum)
             sys.stderr.write(f"run failed: {err}\nRay stopped. Last checkpoint: {ckpt.latest() or 'none'}\n")
             return ExitCode.RUN_FAILED
         except Exception:  # noqa: BLE001 - any backend error ends the run with its traceback, after teardown

@@ -42,7 +42,8 @@ class RunConfig:
     derived per call from the plan: 3 x its phase's estimate, at least 120 s
     (launcher/driver/deadlines.py). An actor's first call of a method (start-up, the first
     step's compilation) keeps its larger derived allowance (at least 600 s) when that is longer."""
-    preemption_signals: list[StopSignal] = field(default_factory=lambda: [StopSignal.SIGTERM, StopSignal.SIGUSR1])
+    preemption_signals: list[StopSignal] = field(
+        default_factory=lambda: [StopSignal.SIGTERM, StopSignal.SIGUSR1, StopSignal.SIGUSR2])
     """Signals that stop the run and save it (launcher/driver/preemption.py): the step in flight
     finishes, or is dropped by the grace deadline while its trainers have not started on it; a
     checkpoint of the last completed step is written when the newest complete one is older; Ray

@@ -133,7 +133,7 @@ def test_a_cpu_cluster_file_gets_logical_gpus_and_no_worker_group(validator, cap
 
 
 def test_the_schema_check_is_not_vacuous(validator):
-    job = rayjob_manifest(compose_shipped(GPU_CLUSTER))
+    job = rayjob_manifest(compose_shipped(GPU_CLUSTER), 60.0)
     job["spec"]["shutdownAfterJobFinish"] = True  # a typo of the real field
     job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "1"  # a string where KubeRay takes int32
     del job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["groupName"]
@@ -173,3 +173,18 @@ def test_a_secret_on_the_command_line_is_refused(capsys):
                                             ("7b_run", "run-7b-run"), ("x" * 60, "x" * NAME_MAX)])
 def test_run_name_becomes_a_dns_1035_label(run_name, name):
     assert rayjob_name(run_name) == name
+
+
+def test_the_pods_termination_grace_is_the_runs_preemption_grace(validator, capsys):
+    import math
+
+    from launcher.plan import make_plan
+    from launcher.plan.preemption import grace_s
+
+    job, _ = _written(GPU_CLUSTER, capsys)
+    config = compose_shipped(GPU_CLUSTER).config
+    derived = math.ceil(grace_s(config, make_plan(config))[0])
+    assert {pod["terminationGracePeriodSeconds"] for pod in _pods(job)} == {derived}
+    job, _ = _written([*GPU_CLUSTER, "run.preemption_grace_s=1234.5"], capsys)
+    assert [e.message for e in validator.iter_errors(job)] == []
+    assert {pod["terminationGracePeriodSeconds"] for pod in _pods(job)} == {1235}

@@ -33,7 +33,7 @@ def test_script_starts_ray_on_every_node_runs_and_stops_it(tmp_path, capsys, mon
     assert text.index("wait_for_nodes 1") < text.index('for node in "${nodes[@]:1}"') < text.index("wait_for_nodes 3")
     run_line = next(line for line in text.splitlines() if "-m launcher run" in line)
     assert "recipe=dapo_sync cluster=b300x3 inference.engines=3" in run_line
-    assert f"run.output_dir={tmp_path}" in run_line and run_line.endswith('cluster.ray_address="$address"')
+    assert f"run.output_dir={tmp_path}" in run_line and run_line.endswith('cluster.ray_address="$address" &')
     assert text.index("trap stop_ray EXIT") < text.index("ray start --head") and "stop --force" in text
     assert (tmp_path / "dapo_sync" / "plan.json").is_file()
     check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
@@ -180,3 +180,29 @@ def test_sbatchs_refusal_is_passed_on(tmp_path, capsys, slurm_bin):
 def test_job_file_flags_need_a_command_that_writes_one(argv, message, capsys):
     assert main([*argv, "recipe=tiny_grpo"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_script_asks_for_the_preemption_signal_forwards_it_and_requeues(tmp_path, capsys):
+    """--signal=B:USR1@<run.preemption_grace_s> (derived from the plan when null, counted into --time),
+    USR1/USR2 handed to the launcher, a 138 requeued, and a requeued job resuming whatever run.resume said."""
+    from launcher.plan.preemption import grace_s
+
+    overrides = ["recipe=tiny_grpo", "run.steps=2", f"run.output_dir={tmp_path}", "run.resume=never"]
+    assert main(["sbatch", "--dry-run", *overrides]) == 0
+    derived = capsys.readouterr().out
+    composed = compose_shipped(overrides)
+    seconds, basis = grace_s(composed.config, plan_and_check(composed)[1])
+    assert f"\n#SBATCH --signal=B:USR1@{math.ceil(seconds)}\n" in derived and basis in derived
+    assert "\n#SBATCH --requeue\n" in derived and "\n#SBATCH --open-mode=append\n" in derived
+    assert "trap 'forward USR1' USR1" in derived and "trap 'forward USR2' USR2" in derived
+    assert '\nresume=never\n[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && resume=auto' in derived
+    run_line = next(line for line in derived.splitlines() if "-m launcher run" in line)
+    assert "run.resume=never" not in run_line and 'run.resume="$resume"' in run_line
+    assert 'if [ "$rc" = 138 ]; then' in derived and 'scontrol requeue "$SLURM_JOB_ID"' in derived
+    assert main(["sbatch", "--dry-run", *overrides, "run.preemption_grace_s=900"]) == 0
+    given = capsys.readouterr().out
+    assert "\n#SBATCH --signal=B:USR1@900\n" in given and "900 s: run.preemption_grace_s=900." in given
+    limits = [slurm_seconds(text.split("#SBATCH --time=")[1].split()[0]) for text in (derived, given)]
+    assert abs(limits[1] - limits[0] - (900 - seconds)) < 60  # the grace is inside the limit, in whole minutes
+    assert main(["sbatch", "--dry-run", *overrides, "run.preemption_grace_s=70000"]) == 1
+    assert "more than the 65535 s Slurm's --signal takes" in capsys.readouterr().err
