@@ -11,7 +11,7 @@ its gate|up stride, fc2's A split); the ETP-duplicated half gets partial grads, 
 optim.sum_etp_duplicated_grads adds up over the ETP group.
 A shared adapter is a dense, duplicated weight: with EP each rank's grad covers its own
 experts' tokens, and the data-parallel reduction (which spans the EP ranks) sums them.
-Shared adapters need etp = 1: an ETP-split half would be summed with its neighbours' slices.
+Shared adapters need etp = 1 (rule LORA008): an ETP-split half would be summed with its neighbours' slices.
 Shape legend: A tokens (or assignments), G local experts, R rank, I input, O output.
 """
 import torch
@@ -62,9 +62,6 @@ class LoraGrouped(torch.nn.Module):
     def __init__(self, base: GroupedLinear, rank: int, alpha: float, shared: bool):
         super().__init__()
         experts, out_f, in_f = base.weight.shape
-        if shared and ps.get_expert_tensor_parallel_world_size() > 1:
-            raise ValueError("trainer.lora.share_expert_adapters=true needs trainer.mesh.etp=1: a shared adapter "
-                             "is a dense weight and cannot follow the experts' ETP split")
         self.weight, self.scale, self.shared = base.weight, alpha / rank, shared
         self.weight.requires_grad_(False)
         lead = () if shared else (experts,)
@@ -121,8 +118,6 @@ def apply_lora(model: torch.nn.Module, targets: list[str], rank: int, alpha: flo
     for param in model.parameters():
         param.requires_grad_(False)
     expert_rank = rank if expert_rank is None else expert_rank
-    if expert_rank < 1:
-        raise ValueError(f"expert LoRA rank {expert_rank} < 1 (plan.lora.expert_rank; LORA001 checks it)")
     adapted = []
     for name, module in list(model.named_modules()):
         leaf = name.rsplit(".", 1)[-1]
@@ -136,6 +131,4 @@ def apply_lora(model: torch.nn.Module, targets: list[str], rank: int, alpha: flo
         else:
             continue
         adapted.append(name)
-    if not adapted:
-        raise ValueError(f"trainer.lora.targets={targets} matched no linear layer of the model")
     return adapted

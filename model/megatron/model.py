@@ -34,8 +34,6 @@ def _vocab_param(spec: ModelSpec) -> torch.nn.Parameter:
 class GlmModel(torch.nn.Module):
     def __init__(self, spec: ModelSpec, recompute_layers: bool = False, recompute_modules: frozenset[str] = frozenset()):
         super().__init__()
-        if spec.tie_word_embeddings:
-            raise ValueError("arch.tie_word_embeddings=true: GLM-5.3-Flash unties them; tied weights are not implemented")
         self.spec = spec
         self.recompute_layers = recompute_layers
         self.word_embeddings = _vocab_param(spec)

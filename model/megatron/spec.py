@@ -51,17 +51,10 @@ class ModelSpec:
     def from_arch(cls, arch, dtype: torch.dtype | str, pad_token_id: int | None = None) -> "ModelSpec":
         """From `config.model.arch` (ArchConfig or its OmegaConf node), `model.dtype` and the
         tokenizer's pad id (what HF's embedding gets as padding_idx)."""
-        if arch.qk_rope_head_dim:
-            raise ValueError(f"arch.qk_rope_head_dim={arch.qk_rope_head_dim}: GLM-5.3-Flash MLA is NoPE (0)")
         layers = arch.num_hidden_layers
         layer_types = arch.layer_types or ["indexed_attention" if i % 4 == 3 else "linear_attention" for i in range(layers)]
         mlp_types = arch.mlp_layer_types or ["dense"] * min(3, layers) + ["sparse"] * max(0, layers - 3)
         indexer_types = arch.indexer_types or ["full"] * layers
-        for i, kind in enumerate(indexer_types):
-            if kind == "shared" and layer_types[i] == "indexed_attention" and not (
-                    i > 0 and layer_types[i - 1] == "indexed_attention" and indexer_types[i - 1] == "full"):
-                raise ValueError(f"arch.indexer_types[{i}]='shared' needs layer {i - 1} to be an indexed_attention "
-                                 "layer with its own ('full') indexer: a shared layer reuses that layer's selection")
         values = {f.name: getattr(arch, f.name) for f in fields(cls)
                   if f.name not in ("layer_types", "mlp_layer_types", "indexer_types", "dtype", "pad_token_id")}
         dtype = getattr(torch, getattr(dtype, "value", dtype)) if not isinstance(dtype, torch.dtype) else dtype

@@ -1,6 +1,7 @@
 """Rule modules, one per area; importing them registers their rules."""
 from launcher.validate.rules import (  # noqa: F401
     algorithm,
+    backends,
     data,
     data_preflight,
     indexer_replay,

@@ -1,7 +1,8 @@
 """LoRA rules: MoE rank normalisation, adapter sync with vLLM, targetable modules, what the
 hf backends' peft adapters can hold."""
 from launcher.config.schema.choices import InferenceBackendName, TrainerBackendName
-from launcher.plan.lora import EXPERT_PARAMETERS, KNOWN_TARGETS, VLLM_LORA_RANKS
+from launcher.plan.arch import DSA, KDA
+from launcher.plan.lora import ATTENTION_TARGETS, EXPERT_PARAMETERS, KNOWN_TARGETS, VLLM_LORA_RANKS
 from launcher.plan.sync import SyncKind
 from launcher.validate.registry import error, rule
 
@@ -103,7 +104,7 @@ def shared_expert_adapters_with_etp(cfg, plan):
                     f"trainer.lora.share_expert_adapters=true with trainer.mesh.etp={plan.mesh.etp}",
                     "A shared adapter is one dense weight for all of a layer's experts; with ETP each rank "
                     "holds a slice of every expert's width, and the data-parallel grad sum would add up "
-                    "different slices of the shared adapter (the trainer refuses to build it).",
+                    "different slices of the shared adapter.",
                     "Set trainer.lora.share_expert_adapters=false (one adapter per expert follows the ETP "
                     "split), or trainer.mesh.etp=1.")
 
@@ -155,3 +156,21 @@ def hf_shared_expert_adapters(cfg, plan):
                     "which holds one adapter per expert; it has no adapter shared by a layer's experts, so the "
                     "run would train a different adapter from the one configured.",
                     "Set trainer.lora.share_expert_adapters=false, or trainer.backend=megatron.")
+
+
+@rule("LORA012")
+def targets_in_the_model(cfg, plan):
+    """At least one LoRA target is a module of the model (an attention target of a layer kind it has)."""
+    lora, a = cfg.trainer.lora, plan.arch
+    if not plan.lora.enabled or not lora.targets or not a.is_glm5_next:
+        return
+    layers = {KDA: a.n_kda, DSA: a.n_dsa}
+    if all(t in ATTENTION_TARGETS and not layers[ATTENTION_TARGETS[t][0]] for t in lora.targets):
+        kinds = sorted({ATTENTION_TARGETS[t][0] for t in lora.targets})
+        yield error("trainer.lora.targets", f"trainer.lora.targets={list(lora.targets)} are modules of {kinds} layers only; "
+                    f"the model has {a.n_kda} KDA and {a.n_dsa} DSA layers",
+                    "No module of the model is a target, so there would be nothing to train (the trainers' peft / "
+                    "Megatron wrapping finds no layer).",
+                    "Add targets the model has: linear_fc1 and linear_fc2 (every layer's MLP), or the attention "
+                    "projections of its layer kinds (KDA: q_proj, k_proj, v_proj, o_proj; DSA: linear_proj, "
+                    "linear_q_down_proj, ...).")

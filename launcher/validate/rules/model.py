@@ -100,7 +100,7 @@ def layer_schedules(cfg, plan):
 @rule("MODEL005")
 def shared_indexer_follows_full(cfg, plan):
     """A 'shared' DSA layer reuses the top-k of the layer right before it, which must be a
-    DSA layer with its own indexer (HF raises mid-forward otherwise; so does model.megatron)."""
+    DSA layer with its own indexer (HF raises mid-forward otherwise)."""
     a, layer_types = cfg.model.arch, plan.arch.layer_types
     kinds = tuple(a.indexer_types or ())
     if len(kinds) != len(layer_types):

@@ -46,9 +46,6 @@ class HfEngine(EngineBase, ServedWeights):
         EngineBase.__init__(self, "hf", spec)
         if "OMP_NUM_THREADS" in os.environ:
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-        if config.inference.tp != 1:
-            raise ValueError(f"inference.tp={config.inference.tp}: the hf engine runs on one device; use tp 1 "
-                             "or the vllm backend")
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         tok = make_tokenizer(config.model)
         # Every EOS id of the checkpoint's generation_config (GLM: <|endoftext|>, <|user|>, <|observation|>).

@@ -164,12 +164,3 @@ def test_shared_indexer_layer_matches_hf_and_survives_recompute():
     exported = export_hf_state(meg)
     assert all(torch.equal(exported[k], v) for k, v in checkpoint_state(hf).items())
     assert exported.keys() == checkpoint_state(hf).keys()
-
-
-def test_shared_indexer_without_a_full_neighbour_is_refused():
-    from model.megatron.spec import ModelSpec
-    from tests.shared_compose import compose_shipped
-
-    cfg = compose_shipped(["model=tiny", "model.arch.indexer_types=[full,full,full,shared]"]).config
-    with pytest.raises(ValueError, match=r"indexer_types\[3\]='shared' needs layer 2"):
-        ModelSpec.from_arch(cfg.model.arch, cfg.model.dtype)

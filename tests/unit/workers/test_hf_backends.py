@@ -108,11 +108,6 @@ def test_sleep_level_two_needs_a_weight_update():
     assert _generate(engine).tokens == reference
 
 
-def test_hf_engine_refuses_tensor_parallel():
-    with pytest.raises(ValueError, match="inference.tp=2"):
-        engine_class("hf")(ActorSpec.planned(compose_shipped(["inference.tp=2"]).config, 0))
-
-
 def test_entropy_bonus_reaches_the_gradient():
     trainer, engine = _pair(["algorithm.entropy_coef=1.0"])
     shard = _shard(_generate(engine), advantages=[0.0] * 8)
