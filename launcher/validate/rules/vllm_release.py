@@ -3,7 +3,7 @@ before Ray, since an engine that cannot build its model or take its weights fail
 the trainers have loaded. Nothing is checked where vLLM is not installed (pre-commit, the
 checks-only package): the engine's own import then names the fix."""
 from launcher.config.schema.choices import GpuArch, InferenceBackendName
-from launcher.plan.sync import SyncTransport
+from launcher.plan.sync import SyncKind, SyncTransport
 from launcher.validate.registry import error, rule
 from launcher.vllm_release import TESTED, installed_version, release_of
 
@@ -32,3 +32,23 @@ def installed_vllm_runs_the_config(cfg, plan):
                     f"vLLM {release.line} has no trainer-side NCCL engine, and its static sender is not wired "
                     "here; only its CUDA IPC transfer (colocated engines) is.",
                     "Use placement.mode=colocated, or install vllm 0.32.x (torch 2.13).")
+
+
+@rule("INF013")
+def moe_adapter_base_by_sync(cfg, plan):
+    """Adapter sync on a MoE model sends the engine its frozen base by sync whenever the engine
+    does not read it from model.hf_path (random init, or a level-2 sleep that drops it): that
+    load goes into layers vLLM already wrapped in LoRA, which some releases cannot map."""
+    version = installed_version()
+    release = release_of(version) if version else None
+    if (release is None or release.moe_lora_reload or cfg.inference.backend is not InferenceBackendName.vllm
+            or plan.sync.kind is not SyncKind.adapter or not plan.arch.has_moe or plan.startup.engine_reads_checkpoint):
+        return
+    yield error("trainer.lora.merge",
+                f"adapter sync on MoE model {cfg.model.name} with vLLM {version}, the engine taking its base weights "
+                "by sync (model.hf_path null, or inference.sleep_level 2)",
+                f"vLLM {release.line} wraps the fused experts in LoRA after it loads, and its expert loader does not "
+                "map the base weights through that wrapper: the first sync fails ('no module or parameter named "
+                "layers.0.mlp.experts.0 ... FusedMoEWithLoRA', seen on an H200).",
+                "Set trainer.lora.merge=true (merged weights go through vLLM's transfer), start from a checkpoint "
+                "(model.hf_path) with inference.sleep_level 1 or null, or install vllm 0.32.x.")

@@ -498,13 +498,16 @@ def _marks(rule: str, bug: str | None = None) -> list:
 
 
 PASSES = sorted({(c.rule, c.base) for c in CASES if not c.bug})
+INSTALLED_VLLM_RULES = {"INF012", "INF013"}
+"""Rules that read the installed vLLM's version, which no override sets: their cases set the
+version the rule sees (tests/unit/validate/test_vllm_release.py)."""
 
 
 def test_every_rule_has_a_failing_and_a_passing_case():
     failing = {c.rule for c in CASES if not c.bug}
     passing = {rule for rule, _ in PASSES}
-    assert set(RULES) - failing == set(), "rules without a case that fires them"
-    assert set(RULES) - passing == set(), "rules without a case that passes them"
+    assert set(RULES) - failing - INSTALLED_VLLM_RULES == set(), "rules without a case that fires them"
+    assert set(RULES) - passing - INSTALLED_VLLM_RULES == set(), "rules without a case that passes them"
     assert {c.base for c in CASES} <= set(BASES)
 
 

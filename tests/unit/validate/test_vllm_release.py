@@ -1,0 +1,59 @@
+"""The installed vLLM release against the config (INF012, INF013): each rule reads the version
+from package metadata, so the tests set the version the rules see."""
+import pytest
+
+from launcher.plan import make_plan
+from launcher.validate import RULES
+from launcher.validate.rules import vllm_release as rules
+from launcher.vllm_release import RELEASES, installed_release, release_of
+from tests.shared_compose import compose_shipped
+
+QMOE = ["recipe=tiny_grpo_chat", "model=qwen3_moe_4layer", "cluster=h200x1", "inference.backend=vllm",
+        "inference.engines=1", "trainer.lora.rank=16", "trainer.lora.alpha=32",
+        "trainer.lora.targets=[q_proj,k_proj,v_proj,o_proj]", "inference.max_model_len=320"]
+
+
+def _findings(rule_id: str, overrides: list[str], version: str | None, monkeypatch) -> list:
+    monkeypatch.setattr(rules, "installed_version", lambda: version)
+    cfg = compose_shipped(overrides).config
+    return list(RULES.get(rule_id).fn(cfg, make_plan(cfg)))
+
+
+def test_release_lines_parse_local_builds():
+    assert release_of("0.26.0") is RELEASES["0.26"] and release_of("0.32.0+cpu") is RELEASES["0.32"]
+    assert release_of("0.29.1") is None and release_of("1.0.0") is None
+
+
+def test_an_unknown_or_missing_release_fails_the_engine_with_the_fix(monkeypatch):
+    import launcher.vllm_release as module
+
+    monkeypatch.setattr(module, "installed_version", lambda: "0.29.1")
+    with pytest.raises(ImportError, match=r"vLLM 0.29.1 is not a release .* install 0.26.x"):
+        installed_release()
+
+
+def test_inf012_names_the_installed_release(monkeypatch):
+    (unknown,) = _findings("INF012", QMOE, "0.29.1", monkeypatch)
+    assert unknown.key == "inference.backend" and "vLLM 0.29.1" in unknown.message and "0.26.x" in unknown.fix
+    glm = ["recipe=dapo_sync", "cluster=h200x1", "model=glm5_3_flash_4layer", "inference.engines=1", "inference.tp=1",
+           "trainer.mesh.tp=1", "trainer.mesh.ep=1", "trainer.mesh.sequence_parallel=false"]
+    (old,) = [f for f in _findings("INF012", glm, "0.26.0", monkeypatch) if "Glm5Next" in f.why]
+    assert "vLLM 0.26.0" in old.message and "qwen3_moe_4layer" in old.fix
+    assert _findings("INF012", glm, "0.32.0", monkeypatch) == []
+    assert _findings("INF012", QMOE, "0.26.0", monkeypatch) == []
+    assert _findings("INF012", QMOE, None, monkeypatch) == []  # pre-commit, checks-only installs
+
+
+def test_inf012_refuses_async_nccl_on_026(monkeypatch):
+    found = _findings("INF012", ["recipe=dapo_async"], "0.26.0", monkeypatch)
+    (nccl,) = [f for f in found if f.key == "placement.mode"]
+    assert "NCCL" in nccl.message and {f.key for f in found} == {"placement.mode", "inference.backend"}  # + GLM
+    assert _findings("INF012", ["recipe=dapo_async"], "0.32.1", monkeypatch) == []
+
+
+def test_inf013_adapter_sync_on_moe_needs_the_base_from_disk_on_026(monkeypatch):
+    adapter = [*QMOE, "trainer.lora.merge=false", "inference.lora_targets=[q_proj,k_proj,v_proj,o_proj,experts]"]
+    (refused,) = _findings("INF013", adapter, "0.26.0", monkeypatch)
+    assert refused.key == "trainer.lora.merge" and "FusedMoEWithLoRA" in refused.why
+    assert _findings("INF013", adapter, "0.32.0", monkeypatch) == []
+    assert _findings("INF013", [*QMOE, "trainer.lora.merge=true"], "0.26.0", monkeypatch) == []
