@@ -62,8 +62,9 @@ def phase_estimates_s(plan, gpus_per_node: int) -> dict[str, float]:
     """The plan's estimate of each phase of PHASE_OF_CALL, in seconds (start-up: plan.startup)."""
     t, startup = plan.timing, plan.startup.seconds
     # One estimate for chunks and weight-sync steps: an engine's queue interleaves them (the
-    # async loop queues an update behind the chunks being generated, and chunks behind it).
-    return {"generation + weight sync": t.generation_s + plan.sync.seconds, "log-prob pass": t.logprob_pass_s,
+    # async loop queues an update behind the chunks being generated, and chunks behind it). A
+    # generate call is one round: dynamic sampling's next round is another call.
+    return {"generation + weight sync": t.generation_round_s + plan.sync.seconds, "log-prob pass": t.logprob_pass_s,
             "training": t.train_s, "checkpoint": checkpoint_write_s(plan, gpus_per_node), "start-up": startup}
 
 

@@ -80,7 +80,11 @@ def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) 
     if colocated:
         log.add("timing.swap_s", f"{swap:.1f}", f"2 x {offloaded:.1f} GiB offloaded trainer per GPU at "
                 f"{PINNED_OFFLOAD_GIB_PER_S:g} GiB/s (pinned) + {SWAP_OVERHEAD_S:g} s wake, sleep and calls")
-    timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus, swap)
+    timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus, swap, arch.has_kda)
+    log.add("timing.generation_s", f"{timing.generation_s:.1f}",
+            f"{timing.generation_rounds} round(s) x {timing.generation_round_s:.1f} s: max_response_len "
+            f"{cfg.algorithm.max_response_len} x {timing.decode_step_s * 1e3:.1f} ms a decode step of the "
+            f"{cfg.inference.backend.value} engine (measured against its bandwidth floor, plan/timing.py)")
     log.add("timing.recommended_nccl_timeout_s", timing.recommended_nccl_timeout_s,
             f"{timing.longest_wait_phase} ~{timing.longest_wait_s:.0f} s x margin")
     startup = plan_startup(cfg, memory, sync)

@@ -58,7 +58,9 @@ def plan_tables(plan) -> str:
         ("sync", f"{s.kind}, {s.gib_per_engine:,.2f} GiB per engine over {s.link}, ~{s.seconds:.1f} s"),
         ("export on disk", f"model {s.export_model_bytes / 2**30:,.2f} GiB" + (
             f", --adapter {s.export_adapter_bytes / 2**30:,.3f} GiB" if s.export_adapter_bytes else "")),
-        ("generation phase", f"~{t.generation_s:,.0f} s"), ("log-prob pass", f"~{t.logprob_pass_s:,.0f} s"),
+        ("generation phase", f"~{t.generation_round_s:,.1f} s a round" + (
+            f", up to ~{t.generation_s:,.0f} s over {t.generation_rounds} rounds (dynamic sampling)"
+            if t.generation_rounds > 1 else "")), ("log-prob pass", f"~{t.logprob_pass_s:,.0f} s"),
         *([("colocated swap per step", f"~{t.swap_s:,.1f} s")] if t.swap_s else []),
         ("longest collective wait", f"~{t.longest_wait_s:,.0f} s ({t.longest_wait_phase})"),
         ("recommended nccl_timeout_s", t.recommended_nccl_timeout_s)]))

@@ -4,22 +4,34 @@ A trainer rank can sit inside one collective for a whole phase: during generatio
 (colocated ranks wait for the engines, async ranks for a full batch) and during a
 log-prob pass. The NCCL timeout must exceed the longest of these, with margin.
 Deliberately pessimistic constants, so the timeout errs long:
-- decode step = DECODE_WEIGHT_READS x (engine weights per GPU / HBM bandwidth) + fixed
-  overhead; generation runs ceil(sequences per engine / concurrency) waves of
-  max_response_len steps;
+- decode step = a measured function of the engine's bandwidth floor (engine weights per GPU /
+  HBM bandwidth: one read of every weight per step), per engine; a round runs ceil(sequences per engine /
+  concurrency) waves of max_response_len steps, and DAPO's dynamic sampling may run
+  1 + max_regenerations rounds;
 - log-prob and training passes run at LOGPROB_MFU / TRAIN_MFU of the bf16 peak on
   2 (forward) or 6 (forward + backward, plus recompute) x active params per token.
 """
 import math
 from dataclasses import dataclass
 
+from launcher.config.schema.choices import InferenceBackendName
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan.batch import BatchPlan
 from launcher.plan.memory_inference import InferenceMemory
 from launcher.plan.params import ParamCounts
 
-DECODE_WEIGHT_READS = 2.5
-DECODE_OVERHEAD_S = 0.005
+VLLM_WEIGHT_READS = 2.5
+VLLM_STEP_OVERHEAD_S = 0.003
+"""vLLM's decode step = VLLM_WEIGHT_READS x its bandwidth floor + VLLM_STEP_OVERHEAD_S (scheduling,
+sampling, log-probs: what dominates a small model). Measured with CUDA graphs on one H200, vLLM
+0.26, the Qwen3-30B-A3B 4-layer slice (5.8 GiB, floor 1.30 ms), 64 sequences x 256 tokens a
+round in 1.38-1.75 s through the launcher (benchmarks/vllm_job_h200.sh, 2026-12-04): 5.4-6.8 ms
+a step, generation phase overheads included; the formula gives 6.2 ms."""
+HF_FLOOR_MULTIPLE = 6.6
+"""The hf engine's, on the same model and batch in the same session: 2.19 s a round (8.6 ms a step)."""
+HF_FLA_FLOOR_MULTIPLE = 25.6
+"""The hf engine's on a KDA model (fla kernels, eager MoE and mHC): the GLM-5.3-Flash 4-layer
+slice (44.3 GiB, floor 9.9 ms) on one H200, 64 x 256 tokens in ~65 s a round (0.25 s a step)."""
 LOGPROB_MFU = 0.15
 TRAIN_MFU = 0.2
 TIMEOUT_MARGIN = 2.0
@@ -35,7 +47,12 @@ SWAP_OVERHEAD_S = 2.0
 @dataclass
 class TimingPlan:
     decode_step_s: float
+    generation_round_s: float
+    """One round: every sequence of the step generated once."""
+    generation_rounds: int
+    """Rounds at most: 1 + algorithm.dynamic_sampling.max_regenerations with dynamic sampling on."""
     generation_s: float
+    """The phase at its longest (every round full: no group kept), what deadlines and timeouts wait for."""
     logprob_pass_s: float
     train_s: float
     longest_wait_s: float
@@ -45,10 +62,24 @@ class TimingPlan:
     """Colocated, per step: the trainer off the GPU and back, the engines woken and put to sleep."""
 
 
-def _generation_s(cfg: LauncherConfig, batch: BatchPlan, inf_mem: InferenceMemory) -> tuple[float, float]:
+def decode_step_s(cfg: LauncherConfig, floor_s: float, has_kda: bool) -> float:
+    """One decode step of the configured engine, from its bandwidth floor (measured: see the constants)."""
+    if cfg.inference.backend is InferenceBackendName.vllm:
+        return VLLM_WEIGHT_READS * floor_s + VLLM_STEP_OVERHEAD_S
+    return (HF_FLA_FLOOR_MULTIPLE if has_kda else HF_FLOOR_MULTIPLE) * floor_s
+
+
+def generation_rounds(cfg: LauncherConfig) -> int:
+    ds = cfg.algorithm.dynamic_sampling
+    return 1 + ds.max_regenerations if ds.enabled else 1
+
+
+def _generation_round_s(cfg: LauncherConfig, batch: BatchPlan, inf_mem: InferenceMemory,
+                        has_kda: bool) -> tuple[float, float]:
+    """(decode step, one round) in seconds."""
     inf = cfg.inference
-    bandwidth = cfg.cluster.gpu.hbm_tbps * 1e12
-    step = DECODE_WEIGHT_READS * inf_mem.weights_gib * 2**30 / bandwidth + DECODE_OVERHEAD_S
+    floor_s = inf_mem.weights_gib * 2**30 / (cfg.cluster.gpu.hbm_tbps * 1e12)
+    step = decode_step_s(cfg, floor_s, has_kda)
     per_engine = math.ceil(batch.sequences_per_step / max(inf.engines, 1))
     waves = math.ceil(per_engine / max(min(inf.concurrency_per_engine, inf.max_num_seqs), 1))
     return step, waves * cfg.algorithm.max_response_len * step
@@ -60,8 +91,10 @@ def swap_s(offloaded_gib_per_gpu: float, colocated: bool) -> float:
 
 
 def plan_timing(cfg: LauncherConfig, params: ParamCounts, batch: BatchPlan, inf_mem: InferenceMemory,
-                trainer_gpus: int, swap_seconds: float) -> TimingPlan:
-    step, generation = _generation_s(cfg, batch, inf_mem)
+                trainer_gpus: int, swap_seconds: float, has_kda: bool) -> TimingPlan:
+    step, round_s = _generation_round_s(cfg, batch, inf_mem, has_kda)
+    rounds = generation_rounds(cfg)
+    generation = rounds * round_s
     flops_per_s = max(trainer_gpus, 1) * cfg.cluster.gpu.bf16_tflops * 1e12
     passes = 2 if cfg.algorithm.kl_coef > 0 else 1
     logprob = passes * 2 * params.active * batch.tokens_per_step / (flops_per_s * LOGPROB_MFU)
@@ -70,6 +103,7 @@ def plan_timing(cfg: LauncherConfig, params: ParamCounts, batch: BatchPlan, inf_
     phases = {"generation": generation, "logprob_pass": logprob, "train_mini_batch": train / mini}
     phase, longest = max(phases.items(), key=lambda kv: kv[1])
     timeout = max(MIN_TIMEOUT_S, math.ceil(TIMEOUT_MARGIN * longest / 60) * 60)
-    return TimingPlan(decode_step_s=step, generation_s=generation, logprob_pass_s=logprob, train_s=train,
+    return TimingPlan(decode_step_s=step, generation_round_s=round_s, generation_rounds=rounds,
+                      generation_s=generation, logprob_pass_s=logprob, train_s=train,
                       longest_wait_s=longest, longest_wait_phase=phase, recommended_nccl_timeout_s=timeout,
                       swap_s=swap_seconds)

@@ -108,12 +108,12 @@ def router_queue(cfg, plan):
 
 @rule("INF007")
 def router_timeout(cfg, plan):
-    """The router timeout outlasts a generation phase."""
-    inf, gen = cfg.inference, plan.timing.generation_s
+    """The router timeout outlasts a generation round (dynamic sampling's next round sends new requests)."""
+    inf, gen = cfg.inference, plan.timing.generation_round_s
     if inf.router.queue_timeout_s < gen:
         yield warning("inference.router.queue_timeout_s",
-                      f"router.queue_timeout_s={inf.router.queue_timeout_s:.0f} < estimated generation phase {gen:.0f} s",
-                      "Queued requests wait up to a whole phase; a 60 s timeout dropped requests in practice.",
+                      f"router.queue_timeout_s={inf.router.queue_timeout_s:.0f} < estimated generation round {gen:.0f} s",
+                      "Queued requests wait up to a whole round; a 60 s timeout dropped requests in practice.",
                       f"Set inference.router.queue_timeout_s >= {int(gen) + 1}.")
 
 

@@ -36,7 +36,7 @@ def test_a_tiny_cpu_run_gets_the_floors():
 
 def test_a_large_run_follows_the_plans_phase_estimates():
     calls, config, plan = _deadlines("recipe=dapo_sync")
-    engine_s = plan.timing.generation_s + plan.sync.seconds  # an engine's queue interleaves chunks and updates
+    engine_s = plan.timing.generation_round_s + plan.sync.seconds  # an engine's queue interleaves chunks and updates
     generate = calls.of("generate", first=False)
     assert generate.seconds == pytest.approx(MARGIN * engine_s) and generate.seconds > FLOOR_S
     assert f"the plan's {engine_s:.0f} s generation + weight sync estimate" in generate.basis
@@ -69,7 +69,7 @@ def test_the_error_names_actors_call_time_and_basis():
     calls, _, _ = _deadlines("recipe=dapo_sync")
     text = calls.of("generate", first=False).missed(["engine 0 (pid 42, node 0 GPU 1)"], "generate", 4400.4)
     assert text.startswith("engine 0 (pid 42, node 0 GPU 1) did not answer generate within 4400 s (deadline: 3 x the "
-                           "plan's 1457 s generation + weight sync estimate, floor 120 s)")
+                           "plan's 1359 s generation + weight sync estimate, floor 120 s)")
     assert "run.hang_timeout_s" in text
 
 

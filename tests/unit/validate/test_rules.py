@@ -303,7 +303,7 @@ CASES = [
     C("INF006", "dapo_sync", ["inference.router.queue_size=256"], E, "inference.router.queue_size",
       "= 256 >= router.queue_size 256"),
     C("INF007", "dapo_sync", ["inference.router.queue_timeout_s=60"], W, "inference.router.queue_timeout_s",
-      "queue_timeout_s=60", lambda p: f"generation phase {p.timing.generation_s:.0f} s"),
+      "queue_timeout_s=60", lambda p: f"generation round {p.timing.generation_round_s:.0f} s"),
     C("INF008", "dapo_sync", ["inference.concurrency_per_engine=1024"], W, "inference.concurrency_per_engine",
       "concurrency_per_engine=1024", "max_num_seqs=512"),
     C("INF009", "dapo_sync", ["inference.ep=3"], E, "inference.ep", "inference.ep=3", "tp=8", "288 experts"),
