@@ -90,22 +90,34 @@ def test_merged_sync_adapter_sync_and_export_give_the_trainers_logprobs(tmp_path
     assert _gap(_logprobs(exported, tokens, cfg.algorithm.temperature), want) < TOL
 
 
+def _sent_adapter(trainer) -> dict:
+    """The adapter tensors an adapter sync streams (the weight-sync protocol, base left out)."""
+    trainer.begin_export(1, False, 1 << 20)
+    tensors = {}
+    while True:
+        info, bucket = trainer.next_bucket()
+        if info is None:
+            return tensors
+        assert info.kind == "adapter"
+        tensors.update(bucket.tensors)
+        if info.last:
+            return tensors
+
+
 @pytest.mark.parametrize("extra", [[], NORMALIZED], ids=["rank", "normalized"])
 def test_the_hf_trainer_sends_the_megatron_trainers_adapter_names_and_shapes(extra):
     """Per expert and projection, gate and up sharing A (Megatron's fused linear_fc1), under
     the checkpoint's module names (model/names.py) that vLLM and peft load."""
-    from launcher.workers.hf import lora
     from launcher.workers.megatron import MegatronTrainer
-    from launcher.workers.megatron._export import adapter_tensors
     from tests.unit.megatron_world import init_world_of_one
 
-    cfg = _config(*extra)
-    hf = dict(lora.checkpoint_adapter(trainer_class("hf")(ActorSpec.planned(cfg, 0, 1)).model))
+    cfg = _config("trainer.lora.merge=false", *extra)
+    hf = _sent_adapter(trainer_class("hf")(ActorSpec.planned(cfg, 0, 1)))
     init_world_of_one()
-    megatron_cfg = _config("trainer.backend=megatron", *extra)
-    megatron = MegatronTrainer(ActorSpec.planned(megatron_cfg, 0, 1))
+    megatron = MegatronTrainer(ActorSpec.planned(_config("trainer.lora.merge=false", "trainer.backend=megatron", *extra),
+                                                 0, 1))
     megatron.init_distributed("127.0.0.1", 0)
-    sent = adapter_tensors(megatron.model, cfg.trainer.lora.rank, cfg.trainer.lora.alpha)
+    sent = _sent_adapter(megatron)
     expert = "base_model.model.model.language_model.layers.1.mlp.experts.7.{}.lora_{}.weight"
     assert {expert.format(p, ab) for p in ("gate_proj", "up_proj", "down_proj") for ab in "AB"} <= hf.keys()
     assert hf.keys() == sent.keys()
