@@ -123,3 +123,16 @@ def test_the_hf_trainer_sends_the_megatron_trainers_adapter_names_and_shapes(ext
     assert hf.keys() == sent.keys()
     assert all(hf[k].shape == sent[k].shape for k in sent)
     assert torch.equal(hf[expert.format("gate_proj", "A")], hf[expert.format("up_proj", "A")])
+
+
+def test_a_wrapped_engine_takes_the_base_back_after_sleep_level_two():
+    """After level 2 drops its weights, the next with-base sync fills the fused experts under
+    their two peft wrappers (`experts.base_layer.base_layer.gate_up_proj`) in place."""
+    cfg = _config("trainer.lora.merge=false")
+    trainer, tokens = _trained(cfg)
+    engine = engine_class("hf")(ActorSpec.planned(cfg, 0))
+    sync_in_process(trainer, [engine], 1, with_base=True)
+    engine.sleep(2)
+    sync_in_process(trainer, [engine], 2, with_base=True)
+    engine.wake()
+    assert _gap(_logprobs(engine.model, tokens, cfg.algorithm.temperature), trainer.logprobs(_shard(tokens))) < TOL
