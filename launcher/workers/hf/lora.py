@@ -38,8 +38,16 @@ def wrap(model: torch.nn.Module, kwargs: dict) -> torch.nn.Module:
 
 
 def wrap_for_loading(model: torch.nn.Module, kwargs: dict) -> torch.nn.Module:
-    """An engine's model, wrapped so a checkpoint-named adapter (any trainer's) loads into it."""
-    return wrap(model, loading_kwargs(kwargs))
+    """An engine's model, wrapped so a checkpoint-named adapter (any trainer's) loads into it.
+    Its adapters start at zero, not at peft's random A: one no tensor fills (the down_proj
+    wrapper that only holds gate_up's, with linear_fc2 untargeted) then adds nothing and is
+    the same in every engine."""
+    wrapped = wrap(model, loading_kwargs(kwargs))
+    with torch.no_grad():
+        for name, param in wrapped.named_parameters():
+            if "lora_" in name:
+                param.zero_()
+    return wrapped
 
 
 def plain_name(peft_name: str) -> str:
