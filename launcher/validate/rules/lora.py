@@ -138,7 +138,7 @@ def rank_without_targets(cfg, plan):
     if plan.lora.enabled and not lora.targets:
         yield error("trainer.lora.targets", f"trainer.lora.rank={lora.rank} with trainer.lora.targets=[]",
                     "A LoRA run trains only its adapters and freezes the rest: with no target there is nothing "
-                    "to train (the trainers refuse to build it).",
+                    "to train.",
                     "Name the modules to adapt, e.g. trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj], "
                     "or set trainer.lora.rank=0 for full fine-tuning.")
 
