@@ -209,10 +209,13 @@ def trainer_logprobs(cfg, checkpoint: Path) -> list[float]:
 def exported_logprobs(folder: Path, base: Path | None) -> list[float]:
     """PROBE_IDS through from_pretrained of the export (with `base`: the PEFT adapter on it)."""
     import torch
-    from transformers.models.glm5_next import Glm5NextForConditionalGeneration as Glm
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.glm5_next import Glm5NextForConditionalGeneration
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = Glm.from_pretrained(base or folder, dtype="auto", device_map=device)
+    glm = AutoConfig.from_pretrained(base or folder).model_type == "glm5_next"
+    cls = Glm5NextForConditionalGeneration if glm else AutoModelForCausalLM
+    model = cls.from_pretrained(base or folder, dtype="auto", device_map=device)
     if base is not None:
         from peft import PeftModel
 

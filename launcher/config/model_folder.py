@@ -42,6 +42,17 @@ ABSENT_WHEN_NOT_GLM5_NEXT: dict[str, Any] = {"n_routed_experts": 0, "num_experts
 schema's GLM defaults (288 experts, 4 mHC streams, clamped SwiGLU) must not stand in, nor may
 a descriptor's GLM layer schedules (null = the model type's own: every layer full attention, dense)."""
 
+HF_FIELD_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "qwen3_moe": {"n_routed_experts": ("num_experts", "num_local_experts")},
+    "qwen2_moe": {"n_routed_experts": ("num_experts", "num_local_experts")},
+}
+"""model.arch fields a model type's config.json names otherwise (GLM's names are the schema's), by
+the names it may be written under: the released checkpoints' first; transformers 5.25 writes the
+second (its attribute_map). The hf backends build the config under the first (workers/hf/model.py)."""
+SPARSE_STEP_TYPES = ("qwen3_moe", "qwen2_moe")
+"""MoE types whose config.json places the routed experts by `decoder_sparse_step` and
+`mlp_only_layers` instead of a per-layer list."""
+
 NULL_MEANS_HF_DEFAULT = frozenset({"layer_types", "mlp_layer_types", "indexer_types", "head_dim"})
 """Fields whose null in model.arch means "whatever HF derives": a declared null claims nothing
 about the checkpoint (which always writes the derived schedule out), so it never disagrees."""
@@ -141,10 +152,15 @@ def read_arch(folder: str | Path) -> CheckpointArch:
             value, present = model_type, "model_type" in raw
         elif name == "tie_word_embeddings" and name in raw:
             value, present = raw[name], True  # the top-level flag is what HF ties the lm_head by
+        elif isinstance(model_type, str) and name in HF_FIELD_NAMES.get(model_type, {}):
+            value, present = _renamed(text, model_type, HF_FIELD_NAMES[model_type][name])
         else:
             value, present = text.get(name), name in text
         if present:
             (values if _fits(value, _HINTS[name]) else wrong)[name] = value
+    if model_type in SPARSE_STEP_TYPES and isinstance(values.get("num_hidden_layers"), int):
+        values["mlp_layer_types"] = _sparse_step_schedule(text, values["num_hidden_layers"],
+                                                          values.get("n_routed_experts", 0))
     implied = set()
     if isinstance(model_type, str) and model_type != GLM5_NEXT:
         for name, value in ABSENT_WHEN_NOT_GLM5_NEXT.items():
@@ -153,6 +169,28 @@ def read_arch(folder: str | Path) -> CheckpointArch:
                 implied.add(name)
     return CheckpointArch(config_file=config_file, model_type=model_type, values=values, implied=frozenset(implied),
                           wrong_type=wrong, section=section)
+
+
+def _renamed(text: dict, model_type: str, keys: tuple[str, ...]) -> tuple[Any, bool]:
+    """(value, present) of a renamed field: save_pretrained leaves out values equal to the config
+    class's defaults (a 128-expert Qwen3-MoE's config.json has no num_experts), so an absent one
+    is the class default where transformers is installed."""
+    for key in keys:
+        if key in text:
+            return text[key], True
+    if importlib.util.find_spec("transformers") is None:
+        return None, False
+    from transformers import CONFIG_MAPPING
+
+    default = getattr(CONFIG_MAPPING[model_type](), keys[0], None)
+    return default, default is not None
+
+
+def _sparse_step_schedule(text: dict, layers: int, experts: int) -> list[str]:
+    """Per layer "sparse" or "dense", as transformers' qwen2/3_moe decoder layer decides: routed
+    experts where the layer is not in mlp_only_layers and (index + 1) % decoder_sparse_step == 0."""
+    step, dense_only = text.get("decoder_sparse_step", 1) or 1, set(text.get("mlp_only_layers") or ())
+    return ["sparse" if experts > 0 and i not in dense_only and (i + 1) % step == 0 else "dense" for i in range(layers)]
 
 
 def arch_values(folder: str | Path) -> dict[str, Any] | None:

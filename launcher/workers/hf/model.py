@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import torch
 
+from launcher.config.model_folder import HF_FIELD_NAMES
 from launcher.workers.hf.names import VISION_PREFIX, checkpoint_items
 
 # The smallest vision tower HF's Glm5NextVisionModel accepts; it is never trained or used
@@ -25,16 +26,11 @@ _TINY_VISION = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=16, 
                     spatial_merge_size=1, temporal_patch_size=1, projection_intermediate_size=16)
 
 
-HF_FIELD_NAMES = {"qwen3_moe": {"n_routed_experts": "num_experts"}, "qwen2_moe": {"n_routed_experts": "num_experts"}}
-"""model.arch fields a model type's HF config names otherwise (GLM's names are the schema's):
-without the rename Qwen3MoeConfig would drop n_routed_experts and build its default 128 experts."""
-
-
 def _arch_fields(arch, pad_id: int) -> dict:
     fields = {k: v for k, v in dataclasses.asdict(arch).items() if v is not None}
     fields.pop("model_type")
-    for ours, theirs in HF_FIELD_NAMES.get(arch.model_type, {}).items():
-        fields[theirs] = fields.pop(ours)
+    for ours, theirs in HF_FIELD_NAMES.get(arch.model_type, {}).items():  # else Qwen3MoeConfig builds 128 experts
+        fields[theirs[0]] = fields.pop(ours)
     fields["pad_token_id"] = pad_id
     return fields
 

@@ -334,3 +334,19 @@ def test_real_checkpoint_missing_a_shard_names_it(tiny_qwen3_checkpoint, tmp_pat
     (folder / gone).unlink()
     (f,) = of(validate("recipe=tiny_qwen3_vllm", f"model.hf_path={folder}")[2], "MODEL003")
     assert gone in f.message and "model.safetensors.index.json" in f.message
+
+
+@pytest.mark.parametrize(("written", "experts"), [
+    ({"num_experts": 128}, 128),        # released Qwen3-30B-A3B config.json
+    ({"num_local_experts": 8}, 8),      # transformers 5.25's save_pretrained (attribute_map)
+    ({}, 128),                          # save_pretrained leaves a default out: the class default
+])
+def test_a_qwen3_moe_folder_reads_as_moe(tmp_path, written, experts):
+    """config.json names the routed experts its own way and places them by decoder_sparse_step and
+    mlp_only_layers; read as the schema's n_routed_experts and mlp_layer_types, or the model plans dense."""
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_moe", "num_hidden_layers": 4,
+                                                      "decoder_sparse_step": 2, "mlp_only_layers": [3], **written}))
+    values = read_arch(tmp_path).values
+    assert values["n_routed_experts"] == experts and "n_routed_experts" not in read_arch(tmp_path).implied
+    assert values["mlp_layer_types"] == ["dense", "sparse", "dense", "dense"]
