@@ -57,12 +57,15 @@ class LoraConfig:
     """LoRA scaling numerator (scale = alpha / rank)."""
     targets: list[str] = field(default_factory=list)
     """Megatron module names that get adapters (linear_q_down_proj, ..., KDA q_proj ...);
-    f_b_proj and g_b_proj cannot be targets (vLLM's LoRA kernel needs contiguous weights)."""
+    linear_fc1 / linear_fc2 adapt every MLP, the routed experts' too (one adapter per expert).
+    f_b_proj and g_b_proj cannot be targets (vLLM's LoRA kernel needs contiguous weights);
+    a rank > 0 needs at least one (LORA010)."""
     merge: bool = True
     """true: merge adapters and sync the whole model to the engines every step; false: sync
     only the adapter (needs a vLLM-legal rank and `experts` in inference.lora_targets)."""
     share_expert_adapters: bool = False
-    """One adapter shared by all routed experts of a layer instead of one per expert."""
+    """One adapter shared by all routed experts of a layer instead of one per expert (the
+    megatron trainer only: the hf trainer's peft holds one per expert, LORA011)."""
     normalize_moe_lora: bool = False
     """Divide the routed experts' LoRA rank by top-k so the expert adapter budget matches a dense one."""
 
