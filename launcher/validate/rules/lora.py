@@ -174,3 +174,25 @@ def targets_in_the_model(cfg, plan):
                     "Add targets the model has: linear_fc1 and linear_fc2 (every layer's MLP), or the attention "
                     "projections of its layer kinds (KDA: q_proj, k_proj, v_proj, o_proj; DSA: linear_proj, "
                     "linear_q_down_proj, ...).")
+
+
+@rule("LORA013")
+def hf_expert_lora_is_glm5_next(cfg, plan):
+    """The hf trainer's routed-expert LoRA follows glm5_next's fused experts."""
+    lora = cfg.trainer.lora
+    routed = [t for t in lora.targets if t in EXPERT_PARAMETERS]
+    if (plan.lora.enabled and routed and plan.arch.has_moe and not plan.arch.is_glm5_next
+            and cfg.trainer.backend is TrainerBackendName.hf):
+        yield error("trainer.lora.targets",
+                    f"trainer.lora.targets includes {routed} on model_type {cfg.model.arch.model_type} with "
+                    "trainer.backend=hf",
+                    "peft rewrites the LoRA config of this MoE family itself (transformers' v4 -> v5 conversion): "
+                    "the experts' gate and up adapters become one of twice the rank with independent A, which "
+                    "cannot be sent per expert at trainer.lora.rank as every engine and export loads adapters.",
+                    f"Set trainer.lora.targets=[{','.join(_without(lora.targets, routed))}], leaving the routed "
+                    "experts out.")
+
+
+def _without(targets, dropped: list[str]) -> list[str]:
+    """`targets` less `dropped`, or KDA's attention projections when nothing is left."""
+    return [t for t in targets if t not in dropped] or ["q_proj", "k_proj", "v_proj", "o_proj"]

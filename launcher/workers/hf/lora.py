@@ -120,6 +120,9 @@ def _at_rank(module, rank: int, alpha: float) -> tuple[torch.Tensor, torch.Tenso
     trainer pads (workers/megatron/_export.py)."""
     a, b = module.lora_A[ADAPTER_NAME].weight.detach(), module.lora_B[ADAPTER_NAME].weight.detach()
     own, experts = module.r[ADAPTER_NAME], module.num_experts
+    if own > rank:
+        raise ValueError(f"a fused expert adapter of rank {own} cannot be sent at rank {rank}: peft built it "
+                         "above trainer.lora.rank (rule LORA013 refuses such models)")
     if own == rank and module.scaling[ADAPTER_NAME] == alpha / rank:
         return a, b
     factor = module.scaling[ADAPTER_NAME] * rank / alpha

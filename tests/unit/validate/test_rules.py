@@ -156,6 +156,8 @@ BASES: dict[str, tuple[str, ...]] = {
     "tiny_checkpoint": ("recipe=tiny_grpo", f"model.hf_path={TINY_CHECKPOINT}"),
     # the chat demo: the tiny tokenizer's template over the copy task's parquet files
     "tiny_grpo_chat": ("recipe=tiny_grpo_chat",),
+    "qwen3_moe_lora": ("recipe=tiny_grpo", "model=qwen3_moe_4layer", "cluster=h200x1", "inference.engines=1",
+                       "trainer.lora.rank=4", "trainer.lora.targets=[q_proj]"),
     # a custom reward with verl's signature
     "good_reward": ("recipe=tiny_grpo", "data.reward_fn=rules_reward_good:compute_score"),
 }
@@ -330,6 +332,8 @@ CASES = [
     C("BACKEND002", "tiny_grpo", ["trainer.mesh.tp=2"], E, "trainer.mesh.tp", "tp=2", "backend=hf"),
     C("BACKEND003", "tiny_grpo", ["trainer.backend=megatron", "model.arch.tie_word_embeddings=true"], E,
       "model.arch.tie_word_embeddings", "backend=megatron"),
+    C("LORA013", "qwen3_moe_lora", ["trainer.lora.targets=[q_proj,linear_fc1]"], E, "trainer.lora.targets",
+      "linear_fc1", "qwen3_moe"),
     C("LORA010", "tiny_grpo", ["trainer.lora.rank=4"], E, "trainer.lora.targets", "rank=4", "targets=[]"),
     C("LORA011", "tiny_grpo", ["trainer.lora.rank=4", "trainer.lora.targets=[linear_fc1]",
                                "trainer.lora.share_expert_adapters=true"], E, "trainer.lora.share_expert_adapters",
