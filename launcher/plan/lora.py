@@ -98,6 +98,11 @@ class LoraPlan:
     normalize_moe_lora. Written here only; the Megatron trainer's apply_lora takes it."""
     params_total: int
     params_per_gpu: int
+    params_shipped: int = 0
+    """The adapter as adapter sync and `export --adapter` send it (workers/megatron/_export.py,
+    workers/hf/names.py): per checkpoint module, so a fused gate|up adapter's A goes twice, and
+    every routed expert's at `rank` (a normalize_moe_lora one zero-padded to it, a shared one
+    repeated per expert)."""
 
 
 def _attention_widths(cfg: LauncherConfig) -> dict[str, tuple[int, int]]:
@@ -121,6 +126,11 @@ def _mlp_adapter(rank: int, h: int, inter: int, targets: list[str]) -> int:
     return fc1 + fc2
 
 
+def _shipped_mlp(rank: int, h: int, inter: int, targets: list[str]) -> int:
+    """_mlp_adapter as sent: gate and up each with their own copy of fc1's A."""
+    return _mlp_adapter(rank, h, inter, targets) + (rank * h if "linear_fc1" in targets else 0)
+
+
 def plan_lora(cfg: LauncherConfig, tp: int, expert_shards: int, f: ArchFacts) -> LoraPlan:
     lora, a = cfg.trainer.lora, cfg.model.arch
     if lora.rank <= 0:
@@ -129,12 +139,13 @@ def plan_lora(cfg: LauncherConfig, tp: int, expert_shards: int, f: ArchFacts) ->
     topk = max(a.num_experts_per_tok, 1)
     expert_rank = lora.rank // topk if lora.normalize_moe_lora else lora.rank  # LORA001: a whole number >= 1
     layers_of = {KDA: f.n_kda, DSA: f.n_dsa}
-    total = per_gpu = 0.0
+    total = per_gpu = attention = 0.0
     for name in lora.targets:
         if name in ATTENTION_TARGETS:
             kind, sharded = ATTENTION_TARGETS[name]
             n = lora.rank * sum(widths[name]) * layers_of[kind]
             total += n
+            attention += n
             per_gpu += n / tp if sharded else n
     dense = _mlp_adapter(lora.rank, a.hidden_size, a.intermediate_size, lora.targets) * f.n_dense
     shared = _mlp_adapter(lora.rank, a.hidden_size, a.moe_intermediate_size * a.n_shared_experts, lora.targets)
@@ -142,5 +153,9 @@ def plan_lora(cfg: LauncherConfig, tp: int, expert_shards: int, f: ArchFacts) ->
     routed = one if lora.share_expert_adapters else one * a.n_routed_experts
     total += dense + (shared + routed) * f.n_moe
     per_gpu += dense / tp + (shared / tp + (routed if lora.share_expert_adapters else routed / expert_shards)) * f.n_moe
+    h, r = a.hidden_size, lora.rank
+    shipped = attention + _shipped_mlp(r, h, a.intermediate_size, lora.targets) * f.n_dense + (
+        _shipped_mlp(r, h, a.moe_intermediate_size * a.n_shared_experts, lora.targets)
+        + _shipped_mlp(r, h, a.moe_intermediate_size, lora.targets) * a.n_routed_experts) * f.n_moe
     return LoraPlan(enabled=True, rank=lora.rank, expert_rank=expert_rank, params_total=int(total),
-                    params_per_gpu=int(per_gpu))
+                    params_per_gpu=int(per_gpu), params_shipped=int(shipped))

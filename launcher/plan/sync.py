@@ -187,7 +187,7 @@ def sync_kind(cfg: LauncherConfig) -> SyncKind:
 def plan_sync(cfg: LauncherConfig, params: ParamCounts, lora: LoraPlan, trainer_gpus: int) -> SyncPlan:
     dtype = DTYPE_BYTES[cfg.model.dtype.value]
     kind = sync_kind(cfg)
-    nbytes = (lora.params_total if kind is SyncKind.adapter else params.total) * dtype
+    nbytes = (lora.params_shipped if kind is SyncKind.adapter else params.total) * dtype
     inf, links = cfg.inference, cfg.cluster.links
     transport = sync_transport(cfg)
     buckets = max(nbytes / GIB / SYNC_BUCKET_GIB, 1.0) * SYNC_BUCKET_OVERHEAD_S
@@ -204,4 +204,4 @@ def plan_sync(cfg: LauncherConfig, params: ParamCounts, lora: LoraPlan, trainer_
     return SyncPlan(kind=kind, bytes_per_engine=int(nbytes), gib_per_engine=nbytes / GIB, link=link, seconds=seconds,
                     largest_tensor_bytes=largest * dtype, largest_tensor=which,
                     transfer_buffer_bytes=transfer_buffer_bytes(cfg), transport=transport,
-                    export_model_bytes=params.total * dtype, export_adapter_bytes=lora.params_total * dtype)
+                    export_model_bytes=params.total * dtype, export_adapter_bytes=lora.params_shipped * dtype)

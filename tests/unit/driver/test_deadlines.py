@@ -69,7 +69,7 @@ def test_the_error_names_actors_call_time_and_basis():
     calls, _, _ = _deadlines("recipe=dapo_sync")
     text = calls.of("generate", first=False).missed(["engine 0 (pid 42, node 0 GPU 1)"], "generate", 4400.4)
     assert text.startswith("engine 0 (pid 42, node 0 GPU 1) did not answer generate within 4400 s (deadline: 3 x the "
-                           "plan's 1359 s generation + weight sync estimate, floor 120 s)")
+                           "plan's 1360 s generation + weight sync estimate, floor 120 s)")
     assert "run.hang_timeout_s" in text
 
 

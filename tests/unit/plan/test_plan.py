@@ -269,7 +269,7 @@ def test_the_plan_says_whether_lora_is_on(point):
 def test_weight_sync_kind_and_link(point, recipe, kind, link):
     p = point(f"recipe={recipe}").plan
     assert (p.sync.kind, p.sync.link) == (kind, link)
-    expected = p.lora.params_total * 2 if kind == "adapter" else p.params.total * 2
+    expected = p.lora.params_shipped * 2 if kind == "adapter" else p.params.total * 2
     assert p.sync.bytes_per_engine == expected
 
 

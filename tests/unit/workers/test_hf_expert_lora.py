@@ -122,6 +122,8 @@ def test_the_hf_trainer_sends_the_megatron_trainers_adapter_names_and_shapes(ext
     assert {expert.format(p, ab) for p in ("gate_proj", "up_proj", "down_proj") for ab in "AB"} <= hf.keys()
     assert hf.keys() == sent.keys()
     assert all(hf[k].shape == sent[k].shape for k in sent)
+    # The planner's adapter sync and export size (plan.lora.params_shipped) is what is sent.
+    assert sum(t.numel() for t in sent.values()) == ActorSpec.planned(cfg, 0, 1).plan.lora.params_shipped
     assert torch.equal(hf[expert.format("gate_proj", "A")], hf[expert.format("up_proj", "A")])
 
 
