@@ -61,14 +61,15 @@ _TEMPLATE = """\
 # step and exits {usr1_code}, and the job is requeued to resume from it. {grace} s: {grace_basis}.
 set -uo pipefail
 launcher=""
-stop=""
-forward() {{  # USR1/USR2 reach this script alone (`B:`, `scancel --batch`): the launcher saves and exits
-  stop=$1
-  [ -n "$launcher" ] && kill -"$1" "$launcher" 2>/dev/null
+stop() {{  # $1: the signal. Before the run starts: end (stop_ray on EXIT), nothing to save.
+  [ -n "$launcher" ] || {{ echo "SIG$1 before the run started: nothing to save" >&2; exit $((128 + $(kill -l "$1"))); }}
+  # USR1/USR2 reach this script alone (`B:`, `scancel --batch`): the launcher saves and exits. SIGTERM
+  # (scancel, the limit) Slurm sends to the launcher itself: the script waits for it below.
+  [ "$1" = TERM ] || kill -"$1" "$launcher" 2>/dev/null
 }}
-trap 'forward USR1' USR1
-trap 'forward USR2' USR2
-trap 'stop=TERM' TERM  # Slurm sends SIGTERM to the launcher itself: wait for it below
+trap 'stop USR1' USR1
+trap 'stop USR2' USR2
+trap 'stop TERM' TERM
 cd {root}
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 head_ip=$(srun --overlap --nodes=1 --ntasks=1 -w "${{nodes[0]}}" hostname --ip-address | awk '{{print $1}}')
@@ -113,7 +114,6 @@ for node in "${{nodes[@]:1}}"; do
 done
 wait_for_nodes {nodes}
 
-[ -n "$stop" ] && {{ echo "SIG$stop before the run started: nothing to save" >&2; exit $((128 + $(kill -l "$stop"))); }}
 resume={resume}
 [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ] && resume=auto  # requeued: continue from the newest checkpoint
 {python} -m launcher run {overrides} run.resume="$resume" cluster.ray_address="$address" &

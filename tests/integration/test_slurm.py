@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 import slurm_cluster
+from launch_helpers import SMALL
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(slurm_cluster.missing() is not None,
                                                   reason=slurm_cluster.missing() or "")]
@@ -106,3 +107,67 @@ def test_a_partition_time_limit_below_the_plans_is_refused_before_a_script(slurm
     assert done.returncode == 1, done.stderr
     assert "run.steps=2 needs --time=0-00:" in done.stderr and "partition debug allows 0-00:05:00" in done.stderr
     assert not (tmp_path / "long").exists()
+
+
+SLOW_REWARD = '''
+import time
+
+def slow_copy(data_source, solution_str, ground_truth, extra_info):
+    """The copy task's partial credit, 30 ms late: steps of about a second, so that each
+    allocation below ends with the run unfinished."""
+    time.sleep(0.03)
+    right = sum(a == b for a, b in zip(solution_str, ground_truth))
+    return {"score": right / max(len(solution_str), len(ground_truth), 1), "acc": solution_str == ground_truth}
+'''
+
+
+def _training_steps(run_dir: Path) -> list[int]:
+    import json
+
+    metrics = run_dir / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    return [row["step"] for row in map(json.loads, filter(None, lines)) if "reward" in row]
+
+
+def _requeued(slurm, job: str, restarts: int) -> None:
+    """Wait until the job is pending again after its `restarts`-th requeue, then let it start at once
+    (Slurm holds a requeued job for about two minutes)."""
+    _wait_for(lambda: f"Restarts={restarts}" in slurm.run("scontrol", "show", "job", job)
+              and slurm.job_state(job) == "PENDING", 180, f"requeue {restarts}")
+    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now", "TimeLimit=30")
+
+
+def test_usr1_before_the_time_limit_or_from_scancel_saves_requeues_and_the_job_completes(slurm, tmp_path,
+                                                                                       monkeypatch):
+    """The script's `--signal=B:USR1@<grace>` reaches the launcher ahead of a time limit (cut to two
+    minutes once the run trains), the run saves its last step and the job is requeued; the requeued
+    job resumes, is stopped the same way by `scancel --signal=USR1 --batch`, and the third start
+    completes the run with every step once."""
+    (tmp_path / "slurm_slow_reward.py").write_text(SLOW_REWARD)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # slurm.env, the job's too (sbatch exports it)
+    script = _script(slurm, tmp_path, *SMALL, "run.steps=80", "checkpoint.every_steps=1000",
+                     "run.preemption_grace_s=60", "data.reward_fn=slurm_slow_reward:slow_copy")
+    assert "\n#SBATCH --signal=B:USR1@60\n" in script.read_text()
+    job = _submit(slurm, script)
+    try:
+        _preempted_twice_then_completed(slurm, job, script.parent)
+    finally:  # a failure must not leave the job (and its Ray on the fixed port) to the next test
+        slurm.run("scancel", job, check=False)
+
+
+def _preempted_twice_then_completed(slurm, job: str, run_dir: Path) -> None:
+    out = run_dir / f"slurm-{job}.out"
+    _wait_for(lambda: len(_training_steps(run_dir)) >= 2, 240, "step 2")
+    slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=2")  # USR1 60 s before: about 30 s from now
+    _requeued(slurm, job, restarts=1)
+    first = _training_steps(run_dir)
+    assert first == list(range(1, first[-1] + 1)) and first[-1] < 78, out.read_text()[-3000:]
+    assert "stopped on SIGUSR1" in out.read_text() and (run_dir / "checkpoints" / f"step_{first[-1]:06d}").is_dir()
+    _wait_for(lambda: len(_training_steps(run_dir)) >= first[-1] + 2, 240, "two steps after the resume")
+    slurm.run("scancel", "--signal=USR1", "--batch", job)
+    _requeued(slurm, job, restarts=2)
+    assert slurm.wait_for_end(job, timeout_s=300) == "COMPLETED", out.read_text()[-3000:]
+    text = out.read_text()
+    assert text.count("requeueing job") == 2 and text.count("resumed from") == 2 and "done: 80 steps" in text
+    assert _training_steps(run_dir) == list(range(1, 81))
+    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]

@@ -194,7 +194,7 @@ def test_the_script_asks_for_the_preemption_signal_forwards_it_and_requeues(tmp_
     seconds, basis = grace_s(composed.config, plan_and_check(composed)[1])
     assert f"\n#SBATCH --signal=B:USR1@{math.ceil(seconds)}\n" in derived and basis in derived
     assert "\n#SBATCH --requeue\n" in derived and "\n#SBATCH --open-mode=append\n" in derived
-    assert "trap 'forward USR1' USR1" in derived and "trap 'forward USR2' USR2" in derived
+    assert "trap 'stop USR1' USR1" in derived and "trap 'stop USR2' USR2" in derived
     assert '\nresume=never\n[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && resume=auto' in derived
     run_line = next(line for line in derived.splitlines() if "-m launcher run" in line)
     assert "run.resume=never" not in run_line and 'run.resume="$resume"' in run_line
