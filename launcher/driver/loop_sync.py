@@ -22,6 +22,7 @@ from launcher.driver.preemption import StepDropped
 from launcher.driver.rollout import chunk_seed, groups_per_chunk
 from launcher.driver.runtime import Runtime
 from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
+from launcher.plan.preemption import rest_of_step_s
 
 
 def _generate_round(rt: Runtime, step: int, round_index: int, n_prompts: int, bar) -> list:
@@ -103,11 +104,6 @@ def run_sync(rt: Runtime) -> None:
         rt.finish_eval()
 
 
-def _rest_of_step_s(rt: Runtime) -> float:
-    """The plan's estimate of a step after its generation: the log-prob pass, training and the sync."""
-    return rt.plan.timing.logprob_pass_s + rt.plan.timing.train_s + rt.plan.sync.seconds
-
-
 def _generate(rt: Runtime, step: int, level: int) -> tuple[list, dict, list, float]:
     """The droppable part of a step: the engines take the GPUs, the previous step's evaluation,
     generation. (groups, stats, every group seen, seconds of evaluation). On StepDropped the
@@ -119,7 +115,7 @@ def _generate(rt: Runtime, step: int, level: int) -> tuple[list, dict, list, flo
             rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/driver/evaluate.py)
             eval_s = rt.finish_eval()  # not the step's time
             groups, gen, seen = collect_groups(rt, step)
-            if not rt.preemption.may_start(_rest_of_step_s(rt)):
+            if not rt.preemption.may_start(rest_of_step_s(rt.plan)):
                 raise StepDropped()
         return groups, gen, seen, eval_s
     except StepDropped:

@@ -3,22 +3,19 @@ run.preemption_grace_s, which the driver spends (launcher/driver/preemption.py),
 script asks Slurm for (`--signal=B:USR1@<grace>`) and the RayJob manifest gives its pods
 (terminationGracePeriodSeconds).
 
-    grace = STEP_MARGIN x one step + one checkpoint write + STOP_S, rounded up to 10 s
+    grace = max(rest of a step, one chunk) + swap + one checkpoint write + STOP_S, up to 10 s
 
-One step: generation, the log-prob pass, training, the weight sync and (colocated) the swap,
-as plan/timing.py and plan/sync.py estimate them. A signal during generation drops the step
-(the engines finish the chunk each is on); one just as training starts waits for the rest of
-the step: either is at most a step. STEP_MARGIN is 1: the timing constants are pessimistic
-already (dapo_sync: 1867 s a step planned, ~486 s measured on 16 GPUs). One checkpoint write: the
-last completed step's, when the newest complete checkpoint is older. STOP_S: Ray's
-shutdown and the driver's exit.
+A signal during generation (every round of dynamic sampling included) drops the step: the
+engines finish the chunk each is on (one wave of max_response_len decode steps), then the
+trainer takes the GPUs back (the swap). A signal just as training starts waits for the rest of
+the step: the log-prob pass, training and the weight sync. Either comes before the write of
+the last completed step and STOP_S for Ray's shutdown. The estimates are plan/timing.py's and
+plan/sync.py's: pessimistic constants, so the grace errs long.
 """
 import math
 
 from launcher.plan.startup import STARTUP_OVERHEAD_S
 
-STEP_MARGIN = 1.0
-"""Times the plan's step estimate (see above)."""
 STOP_S = 30.0
 """Ray's shutdown on every node and the driver's exit, after the save."""
 ROUND_S = 10
@@ -44,17 +41,19 @@ def save_s(config, plan) -> float:
     return _node_state_s(plan, config.cluster.gpus_per_node) + STOP_S
 
 
-def step_s(plan) -> float:
-    """The plan's estimate of one whole step (every phase, one after the other)."""
-    t = plan.timing
-    return t.generation_s + t.logprob_pass_s + t.train_s + plan.sync.seconds + t.swap_s
+def rest_of_step_s(plan) -> float:
+    """A step after its generation: the log-prob pass, training and the weight sync. The driver
+    lets the trainers start on a step after a signal only when this much of the budget is left."""
+    return plan.timing.logprob_pass_s + plan.timing.train_s + plan.sync.seconds
 
 
 def grace_s(config, plan) -> tuple[float, str]:
     """(seconds, how they were found) of run.preemption_grace_s: the key's value when set."""
     if config.run.preemption_grace_s is not None:
         return float(config.run.preemption_grace_s), f"run.preemption_grace_s={config.run.preemption_grace_s:g}"
-    step, write = step_s(plan), checkpoint_write_s(plan, config.cluster.gpus_per_node)
-    seconds = math.ceil((STEP_MARGIN * step + write + STOP_S) / ROUND_S) * ROUND_S
-    return float(seconds), (f"the plan's {step:.0f} s step x {STEP_MARGIN:g} + {write:.0f} s checkpoint write + "
-                            f"{STOP_S:.0f} s to stop Ray, rounded up (run.preemption_grace_s=null)")
+    rest, chunk = rest_of_step_s(plan), config.algorithm.max_response_len * plan.timing.decode_step_s
+    write = checkpoint_write_s(plan, config.cluster.gpus_per_node)
+    seconds = math.ceil((max(rest, chunk) + plan.timing.swap_s + write + STOP_S) / ROUND_S) * ROUND_S
+    return float(seconds), (f"max(the plan's {rest:.0f} s of a step after generation, a {chunk:.0f} s chunk) + "
+                            f"{plan.timing.swap_s:.0f} s swap + {write:.0f} s checkpoint write + {STOP_S:.0f} s to "
+                            "stop Ray, rounded up (run.preemption_grace_s=null)")

@@ -15,7 +15,7 @@ from launcher.driver.preemption import Preemption, StepDropped, StopNow
 from launcher.driver.runtime import Runtime
 from launcher.exit_codes import ExitCode, of_signal
 from launcher.plan import make_plan
-from launcher.plan.preemption import STOP_S, checkpoint_write_s, grace_s, save_s, step_s
+from launcher.plan.preemption import STOP_S, checkpoint_write_s, grace_s, rest_of_step_s, save_s
 from tests.shared_compose import compose_shipped
 
 
@@ -82,13 +82,15 @@ def test_exit_codes_are_128_plus_the_signal():
 
 
 @pytest.mark.parametrize("recipe", ["recipe=tiny_grpo", "recipe=dapo_sync", "recipe=dapo_async"])
-def test_the_grace_default_is_a_step_a_checkpoint_write_and_rays_stop(recipe):
+def test_the_grace_default_covers_the_rest_of_a_step_or_a_chunk_a_write_and_rays_stop(recipe):
     config = compose_shipped([recipe]).config
     plan = make_plan(config)
     seconds, basis = grace_s(config, plan)
-    expected = step_s(plan) + checkpoint_write_s(plan, config.cluster.gpus_per_node) + STOP_S
+    chunk = config.algorithm.max_response_len * plan.timing.decode_step_s
+    expected = max(rest_of_step_s(plan), chunk) + plan.timing.swap_s + \
+        checkpoint_write_s(plan, config.cluster.gpus_per_node) + STOP_S
     assert expected <= seconds < expected + 10 and seconds % 10 == 0
-    assert "run.preemption_grace_s=null" in basis and f"{step_s(plan):.0f} s step" in basis
+    assert "run.preemption_grace_s=null" in basis and f"{rest_of_step_s(plan):.0f} s of a step after generation" in basis
     assert STOP_S < save_s(config, plan) < seconds
     given = compose_shipped([recipe, "run.preemption_grace_s=123.5"]).config
     assert grace_s(given, plan) == (123.5, "run.preemption_grace_s=123.5")
