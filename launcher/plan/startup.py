@@ -13,7 +13,7 @@ the start-up calls from it (launcher/driver/deadlines.py), and `plan` prints it.
 """
 from dataclasses import dataclass
 
-from launcher.config.schema.choices import GpuArch
+from launcher.config.schema.choices import GpuArch, InferenceBackendName
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan.memory import MemoryPlan
 from launcher.plan.sync import SyncKind, SyncPlan
@@ -21,6 +21,11 @@ from launcher.plan.sync import SyncKind, SyncPlan
 STARTUP_OVERHEAD_S = 60.0
 """Imports, Ray actor start, process groups and (on GPUs) CUDA context and kernel loads,
 before any weight is read."""
+VLLM_COMPILE_S = 45.0
+"""A vLLM engine on GPUs compiles its model (torch.compile) and captures CUDA graphs before it
+serves: on one H200 with vLLM 0.26 the Qwen3-30B-A3B 4-layer slice's engine took 65-78 s to start
+under the launcher (4 starts, 2026-12-04) where the hf engine took 12 s; the runs' start-up was
+93-106 s against the 61 s planned without this term."""
 GPU_INIT_GIB_PER_S = 20.0
 """Random init on a GPU (seeded normal draws in place): memory-bound, far above storage."""
 CPU_INIT_GIB_PER_S = 0.05
@@ -58,8 +63,11 @@ def plan_startup(cfg: LauncherConfig, memory: MemoryPlan, sync: SyncPlan) -> Sta
     init = 0.0 if from_checkpoint else tr.weights_gib
     init_rate = CPU_INIT_GIB_PER_S if cfg.cluster.gpu.arch is GpuArch.cpu else GPU_INIT_GIB_PER_S
     storage = cfg.cluster.links.storage_gib_per_s
-    seconds = STARTUP_OVERHEAD_S + read / storage + init / init_rate + sync.seconds
-    basis = (f"{STARTUP_OVERHEAD_S:.0f} s overhead + {read:.1f} GiB read per node at {storage:g} GiB/s + "
+    compile_s = VLLM_COMPILE_S if cfg.inference.backend is InferenceBackendName.vllm and \
+        cfg.cluster.gpu.arch is not GpuArch.cpu and cfg.inference.engines > 0 else 0.0
+    seconds = STARTUP_OVERHEAD_S + compile_s + read / storage + init / init_rate + sync.seconds
+    basis = (f"{STARTUP_OVERHEAD_S:.0f} s overhead + " + (f"{compile_s:.0f} s vLLM compile and CUDA graphs + "
+             if compile_s else "") + f"{read:.1f} GiB read per node at {storage:g} GiB/s + "
              f"{init:.1f} GiB random init per GPU at {init_rate:g} GiB/s + {sync.seconds:.1f} s first sync")
     return StartupPlan(trainer_weights="checkpoint" if from_checkpoint else "random init",
                        engine_reads_checkpoint=reads, read_gib_per_node=read, init_gib_per_gpu=init,
