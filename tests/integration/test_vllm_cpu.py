@@ -88,11 +88,11 @@ def _launch(tmp_path, *overrides) -> list[dict]:
     return [r for r in rows if "startup" not in r]
 
 
-def _check_probes(probes: list[dict], steps: int) -> None:
+def _check_probes(probes: list[dict], steps: int, tol: float = LOGP_TOL) -> None:
     assert [p["version"] for p in probes] == list(range(steps + 1))  # the initial push + one per step
     for p in probes:
         gap = max(abs(e - t) for e, t in zip(p["engine"], p["trainer"], strict=True))
-        assert gap < LOGP_TOL, f"version {p['version']}: engine and trainer log-probs differ by {gap:.2e}"
+        assert gap < tol, f"version {p['version']}: engine and trainer log-probs differ by {gap:.2e}"
     for before, after in itertools.pairwise(probes):
         # Same prompt, same seed: other tokens, or the same tokens at other log-probs, mean new weights.
         changed = before["tokens"] != after["tokens"] or max(
@@ -122,6 +122,29 @@ def test_adapter_sync_serves_the_trainers_lora(tmp_path, probes):
             "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj]",
             "inference.lora_targets=[o_proj,gate_up_proj,down_proj,q_proj,k_proj,v_proj]")
     _check_probes(probes, steps)
+
+
+TINY_QWEN3_MOE = ["model=qwen3_moe_4layer", "model.arch.vocab_size=64", "model.arch.hidden_size=128",
+                  "model.arch.intermediate_size=256", "model.arch.moe_intermediate_size=64",
+                  "model.arch.n_routed_experts=8", "model.arch.num_experts_per_tok=2",
+                  "model.arch.num_attention_heads=2", "model.arch.num_key_value_heads=1", "model.arch.head_dim=64",
+                  "model.arch.num_hidden_layers=2", "model.arch.mlp_layer_types=[sparse,sparse]",
+                  "model.arch.max_position_embeddings=512", "model.dtype=float32"]
+"""The Qwen3-MoE descriptor the H200 runs use (vLLM 0.26 serves no GLM), at the tiny width."""
+MOE_LOGP_TOL = 2e-2
+"""Engine vs trainer on the tiny Qwen3-MoE in fp32: 3.8e-3 at version 0 where dense Qwen3 stays
+under LOGP_TOL. Not bisected; the likely cause is a random router's near-tied scores picking
+other experts in vLLM's CPU MoE kernels than in transformers' (what routing replay exists
+for). The sync itself is checked apart: a missing or misshapen expert weight fails its manifest."""
+
+
+def test_qwen3_moe_engine_takes_the_trainers_experts(tmp_path, probes):
+    """vLLM's Qwen3-MoE (fused experts, its own names) and the hf trainer's (transformers'
+    fused experts, converted to per-expert checkpoint names) agree after every merged sync: the
+    expert count reaches both configs under Qwen3's name (num_experts)."""
+    steps = 3
+    _launch(tmp_path, f"run.steps={steps}", *TINY_QWEN3_MOE)
+    _check_probes(probes, steps, tol=MOE_LOGP_TOL)
 
 
 @pytest.fixture(scope="module")
