@@ -15,7 +15,8 @@
 #           of googleapis-common-protos / opentelemetry-proto), megatron-core (a C++ helper),
 #           fla-core + flash-linear-attention 0.6.0 (GPU kernels: never installed in a CPU
 #           venv here, so downloaded, not packed), and py-spy (benchmarks/stack_sampler.sh: where
-#           a slow phase on the GPU spends its time).
+#           a slow phase on the GPU spends its time), kernels (transformers 5.25's from_pretrained
+#           refuses to load a model without it: "Kernels are not available", H200 2026-12-04).
 #   .pkgs/  site-packages trees packed with xz -9 from .venv: ray (without jars, dashboard UI,
 #           data/train/tune/serve/rllib/llm; scripts/pack_device_site.sh), transformers (the
 #           .venv version the code is tested with; the image's 5.17.0 is older), and deps.txz:
@@ -33,7 +34,7 @@ PY=.venv/bin/python
 [ -x "$PY" ] || { echo "no .venv here: pip install -e '.[rl,dev,megatron-cpu]' first" >&2; exit 1; }
 
 # Binary packages: wheels pinned to .venv's versions (fla: pyproject.toml's megatron extra).
-WHEELS_FROM_VENV=(rpds-py pydantic-core protobuf megatron-core)
+WHEELS_FROM_VENV=(rpds-py pydantic-core protobuf megatron-core kernels)
 WHEELS_PINNED=(fla-core==0.6.0 flash-linear-attention==0.6.0 py-spy==0.4.3)
 # Pure-Python distributions missing from the image, packed into .pkgs/deps.txz.
 DEPS=(
@@ -46,6 +47,7 @@ DEPS=(
     opentelemetry-api opentelemetry-sdk opentelemetry-semantic-conventions
     opentelemetry-exporter-prometheus opentelemetry-proto googleapis-common-protos
     huggingface_hub httpx2 httpcore2 truststore                          # transformers >= 5.25
+    tomlkit                                                              # kernels (below)
 )
 
 version() { "$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$1"; }
