@@ -16,7 +16,6 @@ the newest checkpoint and the command that resumes. A traceback is printed only 
 unexpected error, with a line saying it is one.
 """
 import json
-import shlex
 import shutil
 import signal
 import sys
@@ -30,7 +29,7 @@ from launcher.driver.cluster import gpu_resource, ray_session
 from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
 from launcher.driver.no_signal import NoSignalError
 from launcher.driver.placement import Placement, PlacementError
-from launcher.driver.preemption import Preempted, StopNow
+from launcher.driver.preemption import Preempted, StopNow, make_preemption, resume_command, stopped_report
 from launcher.driver.ray_processes import RayStartInterrupted
 from launcher.driver.startup import Startup
 from launcher.exit_codes import ExitCode, of_signal, unexpected
@@ -40,16 +39,6 @@ PLACEMENT_TIMEOUT_S = 120.0
 
 EXIT_WRITE_WAIT_S = 30.0
 """How long a failed or interrupted run waits for its trainers to finish a background checkpoint write."""
-
-
-def _preemption(config, plan):
-    """The run's Preemption (driver/preemption.py) from run.preemption_signals and the grace."""
-    from launcher.driver.preemption import Preemption
-    from launcher.plan.preemption import grace_s, save_s
-
-    grace, basis = grace_s(config, plan)
-    signals = [signal.Signals[s.value] for s in config.run.preemption_signals]
-    return Preemption(signals, grace, save_s(config, plan), basis)
 
 
 def _logged_config(composed, plan) -> dict:
@@ -244,26 +233,6 @@ def _save_and_stop(rt, ckpt) -> None:
     raise Preempted(rt.preemption.signum, rt.state.step, latest, saved=latest != newest)
 
 
-def resume_command(composed) -> str:
-    """The command that continues this run from its newest checkpoint."""
-    kept = [o for o in composed.overrides if o.partition("=")[0].lstrip("+~") != "run.resume"]
-    return shlex.join([sys.executable, "-m", "launcher", "run", *kept, "run.resume=auto"])
-
-
-def _stopped(stop: Preempted, composed, preemption) -> str:
-    """What a preempted run saved, how long the stop took, and the command that resumes it."""
-    name = signal.Signals(stop.signum).name
-    took = f"{time.monotonic() - preemption.received:.0f} s after it (grace {preemption.grace_s:.0f} s)"
-    if stop.checkpoint is None:
-        saved = "no checkpoint (no step completed)"
-    elif stop.saved:
-        saved = f"saved step {stop.step} as {stop.checkpoint}"
-    else:
-        saved = f"step {stop.step} was saved already: {stop.checkpoint}"
-    return (f"stopped on {name}, {took}: {saved}; Ray stopped.\n"
-            f"resume with: {resume_command(composed)}\n")
-
-
 def _already_complete(config, run_dir: Path, checkpoint: Path) -> str:
     """A finished run asked to resume: say so instead of starting Ray to train 0 steps (a
     resubmitted sweep then skips its finished points and exits 0)."""
@@ -277,7 +246,7 @@ def launch(composed, plan, run_dir) -> int:
     config, run_dir = composed.config, Path(run_dir)
     ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,
                         config.run.steps)
-    preemption = _preemption(config, plan)
+    preemption = make_preemption(config, plan)
     with preemption.installed():
         try:
             resume_from = resolve_resume(config.run.resume, ckpt)
@@ -290,7 +259,7 @@ def launch(composed, plan, run_dir) -> int:
             sys.stderr.write(f"refusing to start: {err}\n(found before Ray started; nothing was run{removed})\n")
             return ExitCode.REFUSED
         except Preempted as stop:
-            sys.stderr.write(_stopped(stop, composed, preemption))
+            sys.stderr.write(stopped_report(stop, composed, preemption))
             return of_signal(stop.signum)
         except KeyboardInterrupt as err:  # Ctrl-C, a second preemption signal, or one during start-up
             signum = getattr(err, "signum", signal.SIGINT)
@@ -314,6 +283,7 @@ def launch(composed, plan, run_dir) -> int:
             return ExitCode.RUN_FAILED
     sys.stdout.write(f"done: {config.run.steps} steps in {run_dir}; last checkpoint {last}\n")
     return ExitCode.OK
+
 
 
 def _resume_line(composed, ckpt) -> str:

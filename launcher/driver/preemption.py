@@ -21,6 +21,7 @@ A second signal, or a first one before the loop runs (start-up: nothing to save 
 raises StopNow (a KeyboardInterrupt) wherever the driver is: it skips to the clean-up.
 """
 import contextlib
+import shlex
 import signal
 import sys
 import threading
@@ -141,3 +142,31 @@ class Preemption:
         """Whether the trainers may start on the step in flight: no signal, or the step budget's
         remainder holds the plan's estimate of what is left of it."""
         return not self.requested or self.left_s() >= estimate_s
+
+
+def make_preemption(config, plan) -> Preemption:
+    """The run's Preemption from run.preemption_signals and run.preemption_grace_s (or its default)."""
+    from launcher.plan.preemption import grace_s, save_s
+
+    grace, basis = grace_s(config, plan)
+    return Preemption([signal.Signals[s.value] for s in config.run.preemption_signals], grace,
+                      save_s(config, plan), basis)
+
+
+def resume_command(composed) -> str:
+    """The command that continues this run from its newest checkpoint."""
+    kept = [o for o in composed.overrides if o.partition("=")[0].lstrip("+~") != "run.resume"]
+    return shlex.join([sys.executable, "-m", "launcher", "run", *kept, "run.resume=auto"])
+
+
+def stopped_report(stop: Preempted, composed, preemption: Preemption) -> str:
+    """What a preempted run saved, how long the stop took, and the command that resumes it."""
+    took = f"{time.monotonic() - preemption.received:.0f} s after it (grace {preemption.grace_s:.0f} s)"
+    if stop.checkpoint is None:
+        saved = "no checkpoint (no step completed)"
+    elif stop.saved:
+        saved = f"saved step {stop.step} as {stop.checkpoint}"
+    else:
+        saved = f"step {stop.step} was saved already: {stop.checkpoint}"
+    return (f"stopped on {signal.Signals(stop.signum).name}, {took}: {saved}; Ray stopped.\n"
+            f"resume with: {resume_command(composed)}\n")

@@ -110,12 +110,15 @@ def test_a_partition_time_limit_below_the_plans_is_refused_before_a_script(slurm
 
 
 SLOW_REWARD = '''
+import os
 import time
 
 def slow_copy(data_source, solution_str, ground_truth, extra_info):
-    """The copy task's partial credit, 30 ms late: steps of about a second, so that each
-    allocation below ends with the run unfinished."""
-    time.sleep(0.03)
+    """The copy task's partial credit, 30 ms late while the file SLOW exists beside this module:
+    steps of about a second until the test removes it, so that the first two allocations end with
+    the run unfinished and the third finishes it fast."""
+    if os.path.exists(os.path.join(os.path.dirname(__file__), "SLOW")):
+        time.sleep(0.03)
     right = sum(a == b for a, b in zip(solution_str, ground_truth))
     return {"score": right / max(len(solution_str), len(ground_truth), 1), "acc": solution_str == ground_truth}
 '''
@@ -144,6 +147,7 @@ def test_usr1_before_the_time_limit_or_from_scancel_saves_requeues_and_the_job_c
     job resumes, is stopped the same way by `scancel --signal=USR1 --batch`, and the third start
     completes the run with every step once."""
     (tmp_path / "slurm_slow_reward.py").write_text(SLOW_REWARD)
+    (tmp_path / "SLOW").touch()
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # slurm.env, the job's too (sbatch exports it)
     script = _script(slurm, tmp_path, *SMALL, "run.steps=80", "checkpoint.every_steps=1000",
                      "run.preemption_grace_s=60", "data.reward_fn=slurm_slow_reward:slow_copy")
@@ -165,6 +169,7 @@ def _preempted_twice_then_completed(slurm, job: str, run_dir: Path) -> None:
     assert "stopped on SIGUSR1" in out.read_text() and (run_dir / "checkpoints" / f"step_{first[-1]:06d}").is_dir()
     _wait_for(lambda: len(_training_steps(run_dir)) >= first[-1] + 2, 240, "two steps after the resume")
     slurm.run("scancel", "--signal=USR1", "--batch", job)
+    (run_dir.parent / "SLOW").unlink()  # the third start trains the rest at full speed
     _requeued(slurm, job, restarts=2)
     assert slurm.wait_for_end(job, timeout_s=300) == "COMPLETED", out.read_text()[-3000:]
     text = out.read_text()
