@@ -10,6 +10,7 @@ tests/gpu/test_megatron_resume_gpu.py; its range-to-chunk cutting is checked her
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,10 @@ def test_resumed_trainer_continues_bit_for_bit(variant, tmp_path):
         first.train_step(_shard())
     stats = first.save_checkpoint(str(tmp_path / "ckpt"), async_write=variant.endswith("async"))
     uninterrupted = [first.train_step(_shard())["loss"] for _ in range(2)]  # overlaps an async write
+    deadline = time.monotonic() + 120
+    while not first.checkpoint_written():  # what the driver asks at each phase boundary, without waiting
+        assert time.monotonic() < deadline, "the async write never finished"
+        time.sleep(0.05)
     write_s = first.finalize_checkpoint()
     print(variant, stats, "write_s", write_s)
     assert (stats["write_s"] is None) == variant.endswith("async") and write_s >= 0
