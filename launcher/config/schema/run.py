@@ -55,6 +55,7 @@ class RunConfig:
     preemption_grace_s: Optional[float] = None
     """Seconds from a preemption signal to the run's exit, > 0: the step in flight has this less
     the checkpoint write and Ray's stop to finish, else it is dropped. null = derived from the
-    plan (launcher/plan/preemption.py: a step + a checkpoint write + 30 s). `sbatch`
+    plan (launcher/plan/preemption.py: the longer of a step after its generation and one chunk of
+    generation, the swap, a checkpoint write and 30 s for Ray's stop). `sbatch`
     asks Slurm for the signal this long before the time limit; `rayjob` gives the pods this
     terminationGracePeriodSeconds."""
