@@ -163,3 +163,17 @@ def test_an_exit_completes_a_pending_write_only_when_the_ranks_finish_it(tmp_pat
     ranks.written = True
     rt.complete_write_on_exit(timeout_s=0.1)
     assert rt.checkpointer.latest().name == "step_000002"
+
+
+def test_the_run_keys_make_the_runs_preemption():
+    from launcher.driver.preemption import make_preemption
+
+    config = compose_shipped(["recipe=tiny_grpo", "run.preemption_signals=[SIGUSR2]", "run.preemption_grace_s=45"]).config
+    plan = make_plan(config)
+    preemption = make_preemption(config, plan)
+    assert preemption.signals == [signal.SIGUSR2] and preemption.grace_s == 45.0
+    assert preemption.step_budget_s == pytest.approx(45.0 - save_s(config, plan))
+    with preemption.installed():
+        assert signal.getsignal(signal.SIGUSR2) == preemption._on_signal  # saves
+        assert signal.getsignal(signal.SIGTERM) == preemption._stop_now  # left out: stops at once
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # not the run's
