@@ -4,6 +4,23 @@ error bf16 noise (as large as HF-bf16's own) or a real error?
     PYTHONPATH=. python benchmarks/megatron_parity.py --model glm5_3_flash_4layer --out parity.json
     CPU smoke run:  PYTHONPATH=. python benchmarks/megatron_parity.py --model tiny --device cpu --tokens 64
 
+In phases, each its own process and each one device call (issue 43; the 4-layer slice's whole
+run does not fit in one 10-minute call), sharing a folder:
+
+    python benchmarks/megatron_parity.py --phase ref --dir D [--model M --tokens T --device cpu]
+    python benchmarks/megatron_parity.py --phase hf --dir D          # HF-bf16 column
+    python benchmarks/megatron_parity.py --phase megatron --dir D    # Megatron-bf16 column (+ verdicts)
+    python benchmarks/megatron_parity.py --phase report --dir D --out parity.json
+
+`ref` writes D/meta.json (model, tokens, seeds, packed lengths, router margins and
+each weight's sum) and D/reference.pt (token ids, fp32 logits single and packed, LoRA
+B-gradients, routes, sharpened routers); `hf` and `megatron` rebuild the model from the seeds
+(refused unless its weight sums are the reference's), print their column as soon as it is
+done and write D/hf_bf16.json, D/megatron_bf16.json; `report` prints the table from the
+folder alone and writes D/report.json. `--phase all` (the default) runs the four in one
+process (a temporary folder without --dir), the model handed on instead of rebuilt.
+tests/unit/model/test_parity_benchmark.py runs every phase on CPU on the tiny model.
+
 HF glm5_next in fp32 (TF32 off) is the reference for two bf16 columns built from the same
 weights: HF-bf16 and Megatron-bf16. Rows: KL(fp32 || bf16) per token on one sequence and on
 a packed batch (the reference and HF-bf16 run the packed sequences one at a time, Megatron
@@ -36,10 +53,14 @@ builds them (its fp32-kept router, conv, dt_bias, A_log and mHC base/scale stay 
 GiB; the Megatron model is built from them (44.3 GiB more) and HF freed.
 """
 import argparse
+import json
+import math
 import re
+import tempfile
 import time
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -261,6 +282,7 @@ def hf_column(hf, ids_T, lengths, ref, expectation: LoraBGrads) -> dict:
     with swapped_routers(hf, ref["sharp_weights"]), watched_routing(hf) as routes_sharp:
         hf_logits(hf, ids_T)
     out = column(single, hf_logits(hf, ids_T, lengths), routes, routes_sharp, ref)
+    log("hf_bf16 logits", out)
     return out | lora_cosines(hf_b_grads(hf, ids_T, expectation), ref["b_grads"])
 
 
@@ -273,6 +295,7 @@ def megatron_column(meg, ids_T, lengths, ref, a_values, topk: int) -> dict:
             meg(ids_T, single_pack)
         packed = full_logits(meg(ids_T, pack_lengths(lengths, device))).float()
     out = column(single, packed, routes, routes_sharp, ref)
+    log("megatron_bf16 logits", out)
     return out | lora_cosines(megatron_b_grads(meg, ids_T, single_pack, a_values, topk), ref["b_grads"])
 
 
@@ -288,33 +311,116 @@ def lora_expectation(hf, spec, topk: int, device) -> tuple[dict, LoraBGrads]:
     return a_values, partial(LoraBGrads, rows, a_values, scales, spec.n_routed_experts)
 
 
-def run(model_name: str, tokens: int, device_type: str, margin: float, perturb: bool) -> dict:
-    device = init_distributed(device_type=device_type)
-    cfg32 = compose([f"model={model_name}", "model.dtype=float32"]).config
-    cfg16 = compose([f"model={model_name}", "model.dtype=bfloat16"]).config
-    arch, topk = cfg32.model.arch, cfg32.model.arch.num_experts_per_tok
-    ids_T = torch.randint(0, arch.vocab_size, (tokens,), device=device,
-                          generator=torch.Generator(device=device).manual_seed(7))
-    lengths = [tokens * 5 // 8, tokens // 4, tokens - tokens * 5 // 8 - tokens // 4]
-    out = {"model": model_name, "tokens": tokens, "device": device_type, "packed_lengths": lengths,
-           "router_margin_target": margin, "perturbed_init": perturb, "kl_slack": KL_SLACK}
+# Phases: `ref` writes META and REF into the folder, `hf` and `megatron` each rebuild the model
+# from the seeds in META (its weight sums checked against the reference's) and write their
+# column, `report` reads them all. `all` runs the four in one process, the model handed on.
+META, REF, REPORT = "meta.json", "reference.pt", "report.json"
+COLUMNS = {"hf": "hf_bf16", "megatron": "megatron_bf16"}
+"""{phase: its column's key in the report and its file's stem (`<key>.json`)}."""
+WEIGHT_SEED, PERTURB_SEED, IDS_SEED = 0, 1, 7
 
-    hf = build_hf_on_gpu(cfg32.model, seed=0, device=device)
-    if perturb:
-        perturb_for_signal(hf, seed=1)
-    spec = ModelSpec.from_arch(arch, cfg16.model.dtype, pad_token_id=0)
-    a_values, new_expectation = lora_expectation(hf, spec, topk, device)
-    ref = reference(hf, ids_T, lengths, new_expectation(), topk, margin)
-    out["router_margins"] = ref["margins"]
-    cast_as_built(hf, cfg16.model)
-    out["hf_bf16"] = hf_column(hf, ids_T, lengths, ref, new_expectation())
-    log("hf_bf16", out["hf_bf16"])
-    meg = megatron_from_hf_model(hf, cfg16.model, device)
+
+def write_json(path: Path, value) -> None:
+    path.write_text(json.dumps(value, indent=1))
+
+
+def read_json(path: Path):
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run the phase that writes it first (module docstring)")
+    return json.loads(path.read_text())
+
+
+def weight_sums(model) -> dict[str, float]:
+    """{name: sum} of every weight and buffer, a rebuilt model must give the reference's: row sums
+    in the tensor's dtype, then fp64 (a dtype= sum would copy an 18 GiB expert weight to fp64)."""
+    with torch.no_grad():
+        return {n: t.reshape(t.shape[0] if t.dim() > 1 else 1, -1).sum(-1).double().sum().item()
+                for n, t in [*model.named_parameters(), *model.named_buffers()]}
+
+
+class Setup:
+    """What every phase derives from META: device, configs, top-k, spec, token ids, lengths."""
+
+    def __init__(self, meta: dict):
+        self.meta, self.device = meta, init_distributed(device_type=meta["device"])
+        self.cfg32 = compose([f"model={meta['model']}", "model.dtype=float32"]).config
+        self.cfg16 = compose([f"model={meta['model']}", "model.dtype=bfloat16"]).config
+        arch = self.cfg32.model.arch
+        self.topk, self.lengths = arch.num_experts_per_tok, meta["packed_lengths"]
+        self.spec = ModelSpec.from_arch(arch, self.cfg16.model.dtype, pad_token_id=0)
+        self.ids_T = torch.randint(0, arch.vocab_size, (meta["tokens"],), device=self.device,
+                                   generator=torch.Generator(device=self.device).manual_seed(IDS_SEED))
+
+    def fp32_model(self):
+        """HF in fp32 from the seeds (perturbed when the reference was); checked against META's sums when set."""
+        hf = build_hf_on_gpu(self.cfg32.model, seed=WEIGHT_SEED, device=self.device)
+        if self.meta["perturbed_init"]:
+            perturb_for_signal(hf, seed=PERTURB_SEED)
+        if "weight_sums" in self.meta:
+            want, got = self.meta["weight_sums"], weight_sums(hf)
+            wrong = [n for n in want if not math.isclose(got.get(n, math.nan), want[n], rel_tol=1e-9, abs_tol=1e-12)]
+            if wrong or set(got) != set(want):
+                raise SystemExit(f"the rebuilt model is not the reference's ({len(wrong)} weights differ, e.g. {wrong[:3]})")
+        return hf
+
+    def bf16_model(self, held: list):
+        """HF-bf16 from the reference's weights: the model an earlier phase of this process left
+        in `held` (taken out, so the caller keeps no reference), else rebuilt from the seeds."""
+        hf = held.pop() if held else self.fp32_model()
+        cast_as_built(hf, self.cfg16.model)
+        return hf
+
+    def reference(self, folder: Path) -> dict:
+        """REF on this device (read after the models are built: it adds to no build's peak)."""
+        ref = torch.load(folder / REF, map_location=self.device, weights_only=True)
+        if not torch.equal(ref["ids"], self.ids_T):
+            raise SystemExit(f"{folder / REF} was made from other token ids")
+        return ref
+
+
+def phase_ref(folder: Path, run: Setup, held: list) -> None:
+    """The fp32 reference and META (with the weights' sums) into the folder; the fp32 model
+    left in `held` for a next phase of this process."""
+    hf = run.fp32_model()
+    run.meta["weight_sums"] = weight_sums(hf)
+    _, new_expectation = lora_expectation(hf, run.spec, run.topk, run.device)
+    ref = reference(hf, run.ids_T, run.lengths, new_expectation(), run.topk, run.meta["router_margin_target"])
+    torch.save({k: v for k, v in ref.items() if k != "margins"}, folder / REF)
+    run.meta["router_margins"] = ref["margins"]
+    write_json(folder / META, run.meta)
+    held.append(hf)
+
+
+def phase_hf(folder: Path, run: Setup, held: list) -> None:
+    hf = run.bf16_model(held)
+    _, new_expectation = lora_expectation(hf, run.spec, run.topk, run.device)
+    out = hf_column(hf, run.ids_T, run.lengths, run.reference(folder), new_expectation())
+    write_json(folder / f"{COLUMNS['hf']}.json", out)
+    log("hf_bf16", out)
+    held.append(hf)
+
+
+def phase_megatron(folder: Path, run: Setup, held: list) -> None:
+    hf = run.bf16_model(held)
+    a_values, _ = lora_expectation(hf, run.spec, run.topk, run.device)
+    meg = megatron_from_hf_model(hf, run.cfg16.model, run.device)
     del hf
-    if device.type == "cuda":
+    if run.device.type == "cuda":
         torch.cuda.empty_cache()
-    out["megatron_bf16"] = megatron_column(meg, ids_T, lengths, ref, a_values, topk)
+    out = megatron_column(meg, run.ids_T, run.lengths, run.reference(folder), a_values, run.topk)
+    write_json(folder / f"{COLUMNS['megatron']}.json", out)
+    log("megatron_bf16", out)
+    if (hf_file := folder / f"{COLUMNS['hf']}.json").exists():
+        log("verdicts", parity_verdicts(read_json(hf_file), out))
+
+
+def report(folder: Path) -> dict:
+    """META (less the weight sums), both columns and the verdicts, from the folder."""
+    out = {k: v for k, v in read_json(folder / META).items() if k != "weight_sums"}
+    for key in COLUMNS.values():
+        out[key] = read_json(folder / f"{key}.json")
     out["verdicts"] = parity_verdicts(out["hf_bf16"], out["megatron_bf16"])
+    write_json(folder / REPORT, out)
     return out
 
 
@@ -336,21 +442,47 @@ def table(out: dict) -> str:
     return "\n".join(lines)
 
 
+PHASES = {"ref": phase_ref, "hf": phase_hf, "megatron": phase_megatron}
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="glm5_3_flash_4layer")
-    parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser = argparse.ArgumentParser(epilog="phases ref, hf, megatron, report in turn, each its own process "
+                                            "(one device call each), share --dir; all runs them in one")
+    parser.add_argument("--phase", default="all", choices=[*PHASES, "report", "all"])
+    parser.add_argument("--dir", default=None, help="the phases' folder (a temporary one for --phase all without it)")
+    parser.add_argument("--model", default=None, help="default glm5_3_flash_4layer; later phases take the ref's")
+    parser.add_argument("--tokens", type=int, default=None, help="default 4096")
+    parser.add_argument("--device", default=None, choices=["cuda", "cpu"], help="default cuda")
     parser.add_argument("--router-margin", type=float, default=ROUTER_MARGIN,
                         help="median top-k router margin for the routing row, in logit stds")
     parser.add_argument("--perturb", action="store_true", help="move mHC base and k-pool weights off HF's constants")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", default=None, help="the report's JSON (phases report and all)")
     args = parser.parse_args()
-    start = time.perf_counter()
-    out = run(args.model, args.tokens, args.device, args.router_margin, args.perturb)
-    out["wall_s"] = round(time.perf_counter() - start, 1)
-    emit(out, args.out)
-    print(table(out), flush=True)
+    if args.dir is None and args.phase != "all":
+        parser.error(f"--phase {args.phase} needs --dir")
+    with tempfile.TemporaryDirectory(prefix="parity-") as scratch:
+        folder = Path(args.dir or scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        if args.phase in ("ref", "all"):
+            tokens = args.tokens or 4096
+            meta = {"model": args.model or "glm5_3_flash_4layer", "tokens": tokens, "device": args.device or "cuda",
+                    "packed_lengths": [tokens * 5 // 8, tokens // 4, tokens - tokens * 5 // 8 - tokens // 4],
+                    "router_margin_target": args.router_margin, "perturbed_init": args.perturb, "kl_slack": KL_SLACK}
+        else:
+            meta = read_json(folder / META)
+            given = {"model": args.model, "tokens": args.tokens, "device": args.device}
+            if wrong := {k: v for k, v in given.items() if v is not None and v != meta[k]}:
+                parser.error(f"{folder / META} was written for {({k: meta[k] for k in wrong})}, not {wrong}")
+        phases = list(PHASES) if args.phase == "all" else [args.phase] if args.phase in PHASES else []
+        run, held = Setup(meta) if phases else None, []
+        for phase in phases:
+            start = time.perf_counter()
+            PHASES[phase](folder, run, held)
+            log(f"phase {phase} wall_s", round(time.perf_counter() - start, 1))
+        if args.phase in ("report", "all"):
+            out = report(folder)
+            emit(out, args.out)
+            print(table(out), flush=True)
 
 
 if __name__ == "__main__":
