@@ -11,8 +11,8 @@ since the last periodic checkpoint. On the first signal instead:
    StepDropped is raised there, and the step's data position is given back, so the resumed
    run draws the same prompts. The deadline is a timer thread that sends the same signal to
    the main thread (only a signal interrupts the driver's blocking waits on Ray; SIGALRM is
-   the reward calls' time limit, launcher/rl/_deadline.py). Once the trainers work on it, it finishes: half a
-   step's optimizer updates can be saved as no step at all.
+   the reward calls' time limit, launcher/rl/_deadline.py). Once the trainers work on it,
+   it finishes: half a step's optimizer updates could be saved as no step at all.
 2. The loop stops at the next step boundary; the driver completes a background checkpoint
    write, writes the last completed step's when the newest complete checkpoint is older,
    and exits 128 + the signal's number after Ray stops (launcher/driver/launch.py).
