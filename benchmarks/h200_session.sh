@@ -10,7 +10,7 @@
 # The fp32-reference parity (benchmarks/megatron_parity.py) one phase a call, back to back: its
 # folder under runs/ (ignored, so it stays on the machine while the machine stays warm: 30 s after a
 # call; reference.pt, ~5 GB on the 4-layer slice, cannot come back through $OUT), each call copying
-# the small JSONs back:
+# the small JSONs back (a ref cut short after its fp32 backward: the same call again resumes from there):
 #   bash benchmarks/h200_session.sh "570 python benchmarks/megatron_parity.py --phase ref --dir runs/parity; cp runs/parity/meta.json $OUT/"
 #   bash benchmarks/h200_session.sh "570 python benchmarks/megatron_parity.py --phase hf --dir runs/parity; cp runs/parity/hf_bf16.json $OUT/"
 #   bash benchmarks/h200_session.sh "540 python benchmarks/megatron_parity.py --phase megatron --dir runs/parity" \

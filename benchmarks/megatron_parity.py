@@ -17,7 +17,8 @@ each weight's sum) and D/reference.pt (token ids, fp32 logits single and packed,
 B-gradients, routes, sharpened routers); `hf` and `megatron` rebuild the model from the seeds
 (refused unless its weight sums are the reference's), print their column as soon as it is
 done and write D/hf_bf16.json, D/megatron_bf16.json; `report` prints the table from the
-folder alone and writes D/report.json. `--phase all` (the default) runs the four in one
+folder alone and writes D/report.json. A `ref` cut short after its fp32 backward starts again
+from D/reference_b_grads.pt. `--phase all` (the default) runs the four in one
 process (a temporary folder without --dir), the model handed on instead of rebuilt.
 tests/unit/model/test_parity_benchmark.py runs every phase on CPU on the tiny model.
 
@@ -249,11 +250,16 @@ def column(logits_single, logits_packed, routes: dict, routes_sharp: dict, ref: 
             "routing_sharpened_per_layer": agree_sharp, "mean_abs_dlogp_single": single["mean_abs_dlogp"]}
 
 
-def reference(hf, ids_T, lengths, expectation: LoraBGrads, topk: int, margin: float) -> dict:
+def reference(hf, ids_T, lengths, expectation: LoraBGrads, topk: int, margin: float, b_grads: dict | None = None,
+              keep_b_grads=lambda b_grads: None) -> dict:
     """Everything the comparison needs from the fp32 model; the backward runs first, so its
-    peak never meets the held logits."""
+    peak never meets the held logits. `b_grads` given: the backward's result from an earlier
+    try, not run again; `keep_b_grads` gets them as soon as they are done."""
     with true_fp32():
-        ref = {"ids": ids_T, "b_grads": hf_b_grads(hf, ids_T, expectation)}
+        if b_grads is None:
+            b_grads = hf_b_grads(hf, ids_T, expectation)
+            keep_b_grads(b_grads)
+        ref = {"ids": ids_T, "b_grads": b_grads}
         log("fp32 lora grads", len(ref["b_grads"]))
         with watched_routing(hf) as routes:
             ref["single"] = hf_logits(hf, ids_T)
@@ -315,6 +321,9 @@ def lora_expectation(hf, spec, topk: int, device) -> tuple[dict, LoraBGrads]:
 # from the seeds in META (its weight sums checked against the reference's) and write their
 # column, `report` reads them all. `all` runs the four in one process, the model handed on.
 META, REF, REPORT = "meta.json", "reference.pt", "report.json"
+B_GRADS = "reference_b_grads.pt"
+"""The fp32 backward's result, kept as soon as it is done: a `ref` phase cut short by the call's
+time limit after it starts again from the logits (same ids and weights, else from scratch)."""
 COLUMNS = {"hf": "hf_bf16", "megatron": "megatron_bf16"}
 """{phase: its column's key in the report and its file's stem (`<key>.json`)}."""
 WEIGHT_SEED, PERTURB_SEED, IDS_SEED = 0, 1, 7
@@ -338,6 +347,12 @@ def weight_sums(model) -> dict[str, float]:
                 for n, t in [*model.named_parameters(), *model.named_buffers()]}
 
 
+def differing(want: dict[str, float], got: dict[str, float]) -> list[str]:
+    """Names whose weight sums differ (or that only one side has)."""
+    same = {n for n in want.keys() & got.keys() if math.isclose(got[n], want[n], rel_tol=1e-9, abs_tol=1e-12)}
+    return sorted((want.keys() | got.keys()) - same)
+
+
 class Setup:
     """What every phase derives from META: device, configs, top-k, spec, token ids, lengths."""
 
@@ -356,11 +371,8 @@ class Setup:
         hf = build_hf_on_gpu(self.cfg32.model, seed=WEIGHT_SEED, device=self.device)
         if self.meta["perturbed_init"]:
             perturb_for_signal(hf, seed=PERTURB_SEED)
-        if "weight_sums" in self.meta:
-            want, got = self.meta["weight_sums"], weight_sums(hf)
-            wrong = [n for n in want if not math.isclose(got.get(n, math.nan), want[n], rel_tol=1e-9, abs_tol=1e-12)]
-            if wrong or set(got) != set(want):
-                raise SystemExit(f"the rebuilt model is not the reference's ({len(wrong)} weights differ, e.g. {wrong[:3]})")
+        if "weight_sums" in self.meta and (wrong := differing(self.meta["weight_sums"], weight_sums(hf))):
+            raise SystemExit(f"the rebuilt model is not the reference's ({len(wrong)} weights differ, e.g. {wrong[:3]})")
         return hf
 
     def bf16_model(self, held: list):
@@ -382,10 +394,20 @@ def phase_ref(folder: Path, run: Setup, held: list) -> None:
     """The fp32 reference and META (with the weights' sums) into the folder; the fp32 model
     left in `held` for a next phase of this process."""
     hf = run.fp32_model()
-    run.meta["weight_sums"] = weight_sums(hf)
+    run.meta["weight_sums"] = sums = weight_sums(hf)
     _, new_expectation = lora_expectation(hf, run.spec, run.topk, run.device)
-    ref = reference(hf, run.ids_T, run.lengths, new_expectation(), run.topk, run.meta["router_margin_target"])
+    earlier = torch.load(folder / B_GRADS, map_location=run.device, weights_only=True) if (folder / B_GRADS).exists() else {}
+    if earlier and (not torch.equal(earlier["ids"], run.ids_T) or differing(earlier["weight_sums"], sums)):
+        earlier = {}
+    log("fp32 lora grads from an earlier try", bool(earlier))
+
+    def keep(b_grads):
+        torch.save({"ids": run.ids_T, "weight_sums": sums, "b_grads": b_grads}, folder / B_GRADS)
+
+    ref = reference(hf, run.ids_T, run.lengths, new_expectation(), run.topk, run.meta["router_margin_target"],
+                    earlier.get("b_grads"), keep)
     torch.save({k: v for k, v in ref.items() if k != "margins"}, folder / REF)
+    (folder / B_GRADS).unlink()
     run.meta["router_margins"] = ref["margins"]
     write_json(folder / META, run.meta)
     held.append(hf)

@@ -1,8 +1,9 @@
 """benchmarks/megatron_parity.py phase by phase on CPU on the tiny model (issue 43): each phase its
 own process, as each is one device call on the H200, the later ones reading the fp32 reference
 and rebuilding the model from the seeds the `ref` phase wrote; the report from the folder alone,
-the single-command `--phase all` giving the same numbers, and a rebuilt model whose weights
-are not the reference's refused."""
+a `ref` cut short after its fp32 backward taking it from disk on the next try, the
+single-command `--phase all` giving the same numbers, and a rebuilt model whose weights are not
+the reference's refused."""
 import json
 import math
 import os
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[3]
 SMALL = ["--model", "tiny", "--device", "cpu", "--tokens", "48"]
@@ -39,6 +41,16 @@ def test_phases_in_separate_processes_report_what_they_wrote(tmp_path):
         assert all((folder / f).exists() for f in files), (phase, sorted(p.name for p in folder.iterdir()))
         if phase != "ref":  # the result line comes as soon as the column is done
             assert re.search(rf"^\[[\d:]+\] {phase}_bf16: {{", out, re.M), out[-2000:]
+        else:  # a ref cut short after the fp32 backward: the next try takes its grads (doubled here: a
+            ref = torch.load(folder / "reference.pt", weights_only=True)  # mark, and cosines ignore scale)
+            meta = json.loads((folder / "meta.json").read_text())
+            torch.save({"ids": ref["ids"], "weight_sums": meta["weight_sums"],
+                        "b_grads": {k: 2 * v for k, v in ref["b_grads"].items()}}, folder / "reference_b_grads.pt")
+            out = parity("--phase", "ref", "--dir", str(folder), *SMALL)
+            assert "fp32 lora grads from an earlier try: true" in out and not (folder / "reference_b_grads.pt").exists()
+            again = torch.load(folder / "reference.pt", weights_only=True)
+            assert all(torch.equal(again["b_grads"][k], 2 * v) for k, v in ref["b_grads"].items())
+            assert all(torch.allclose(again[k], ref[k], rtol=1e-5, atol=1e-6) for k in ("single", "packed"))
     columns = {k: json.loads((folder / f"{k}.json").read_text()) for k in ("hf_bf16", "megatron_bf16")}
 
     out = parity("--phase", "report", "--dir", str(folder), "--out", str(tmp_path / "report.json"))
