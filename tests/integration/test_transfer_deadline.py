@@ -65,10 +65,24 @@ def test_a_stopped_engine_is_named_within_the_deadline(local_ray):
     assert time.monotonic() - started < 5
 
 
+def _kill(actor, within_s: float = 30.0) -> None:
+    """ray.kill returns before the actor is gone: a call made right after it can still run (the
+    CI run of 2026-12-04 saw transfer_start answer from a killed engine), so wait until calls fail."""
+    ray.kill(actor)
+    stop = time.monotonic() + within_s
+    while time.monotonic() < stop:
+        try:
+            ray.get(actor.pid.remote())
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the killed actor still answers after {within_s:.0f} s")
+
+
 def test_a_killed_engine_is_named_with_the_step(local_ray):
     engines = [Engine.remote(), Engine.remote()]
     ray.get([e.pid.remote() for e in engines])
-    ray.kill(engines[0])
+    _kill(engines[0])
     with pytest.raises(PeerLostError, match=r"^engine 0 \(pid 11, node 1 GPU 0\) died during transfer_start: "):
         EngineGroupClient(engines, EngineWait(WHOS, 60.0, "test")).start_weight_update()
 
