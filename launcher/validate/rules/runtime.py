@@ -1,5 +1,9 @@
 """Runtime rules: collective timeout vs the longest wait, weight-sync cost, placement split."""
+import math
+from dataclasses import replace
+
 from launcher.config.schema.choices import PlacementMode
+from launcher.plan.preemption import grace_s, save_s
 from launcher.plan.sync import SyncKind
 from launcher.validate.registry import error, rule, warning
 
@@ -86,3 +90,22 @@ def eval_settings(cfg, plan):
                     f"{cfg.data.task} has no generator to draw held-out problems from; evaluation scores a file.",
                     "Set data.val_path to a held-out jsonl or parquet file (same columns as data.train_path), or "
                     "run.eval_every_steps=0 and run.eval_before_train=false.")
+
+
+@rule("RUN004")
+def preemption_grace_holds_the_save(cfg, plan):
+    """A set run.preemption_grace_s leaves time for the save of the last completed step: the step
+    in flight may be dropped, the save may not (launcher/plan/preemption.py)."""
+    grace = cfg.run.preemption_grace_s
+    if grace is None:
+        return
+    need = save_s(cfg, plan)
+    if grace < need:
+        derived, _ = grace_s(replace(cfg, run=replace(cfg.run, preemption_grace_s=None)), plan)
+        yield warning("run.preemption_grace_s",
+                      f"run.preemption_grace_s={grace:g} < the ~{need:.0f} s the save of the last completed step and "
+                      "Ray's stop take",
+                      "After a preemption signal the scheduler kills the job once the grace is over: a save cut "
+                      "short leaves the previous checkpoint as the newest, and the steps since are lost.",
+                      f"Set run.preemption_grace_s >= {math.ceil(need)}, or null (derived: {derived:.0f} s, which "
+                      "also lets the step in flight finish).")

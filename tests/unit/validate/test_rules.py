@@ -475,6 +475,8 @@ CASES = [
     # --- runtime
     C("RUN001", "dapo_sync", ["trainer.nccl_timeout_s=600"], E, "trainer.nccl_timeout_s", "nccl_timeout_s=600",
       lambda p: f"{p.timing.longest_wait_phase} of {p.timing.longest_wait_s:.0f} s"),
+    C("RUN004", "dapo_sync", ["run.preemption_grace_s=20"], W, "run.preemption_grace_s", "run.preemption_grace_s=20",
+      "the save of the last completed step"),
     C("RUN002", "dapo_async_adapter", ["trainer.lora.merge=true"], W, "trainer.lora.merge", "merged weight sync",
       lambda p: f"{p.sync.gib_per_engine:,.1f} GiB per engine", lambda p: f"~{p.sync.seconds:.0f} s per step"),
     C("RUN003", "tiny_grpo", ["cluster.ray_address=10.0.0.1:6379"], W, "run.output_dir", "run.output_dir='runs'",
