@@ -26,6 +26,10 @@ class GenerationRequest:
     seed: int
     """Seeds the sampler: the same request samples the same tokens on any engine."""
     sampling: SamplingParams
+    in_flight: bool = False
+    """A weight update may apply between this request's tokens (a training chunk with
+    inference.update_mode: in_flight); False: the whole request runs on one version and an
+    update waits for its end (held-out evaluation, and every request between_chunks)."""
 
 
 @dataclass
@@ -36,7 +40,10 @@ class Generation:
     finished: list[bool]
     """EOS reached (False: cut at max_tokens)."""
     policy_version: int
-    """Version of the weights that produced every token of this request."""
+    """The oldest of token_versions: the version the request started on."""
+    token_versions: list[list[int]]
+    """Per generated token, the policy version of the weights that produced it; one version
+    throughout unless the request was in flight (GenerationRequest.in_flight) across an update."""
     routes: list[np.ndarray] | None = None
     """Per sequence, the top-k expert ids the engine's router chose for each prompt and
     response token and MoE layer: uint16 [len(prompt) + len(tokens) - 1, moe_layers, top_k]

@@ -34,7 +34,9 @@ once the engines hold it.
 - Async loop: the requests are sent right after step N's weight sync. An engine runs its
   calls from the driver in order and applies an update between two generate calls, so on
   every engine they run after update N and before update N+1: exactly version N's weights,
-  while the trainer trains step N+1. The results are collected before step N+1's checkpoint
+  while the trainer trains step N+1. With inference.update_mode in_flight they are not in
+  flight (GenerationRequest.in_flight): they run on the engine's ordered calls, pausing the
+  training chunk at a token boundary, and no update enters until they end. The results are collected before step N+1's checkpoint
   and training row. Engine time spent on them delays training chunks (more staleness).
 - Resume from checkpoint N: the metrics file drops step N's eval row with everything past
   N, and the resumed run evaluates N again before its first step (its engines hold exactly

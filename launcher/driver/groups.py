@@ -13,7 +13,7 @@ import time
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from launcher.config.schema.choices import RouterPolicy
+from launcher.config.schema.choices import RouterPolicy, UpdateMode
 from launcher.contract.errors import PeerLostError
 from launcher.contract.spec import ActorSpec
 from launcher.driver.cluster import secret_worker_env
@@ -37,10 +37,10 @@ class HangError(ActorDiedError):
     (same exit 3, same teardown), but alive, so Ray would never have said so."""
 
 
-def _remote_with_secrets(cls):
-    """ray.remote of `cls` whose constructor first sets the session's secret variables in
-    os.environ (before the backend starts anything that reads them, such as vLLM's
-    workers, which inherit it). Returns (remote class, extra leading constructor args)."""
+def _remote_with_secrets(cls, **remote_options):
+    """ray.remote of `cls` (with `remote_options`) whose constructor first sets the session's
+    secret variables in os.environ (before the backend starts anything that reads them, such
+    as vLLM's workers, which inherit it). Returns (remote class, extra leading constructor args)."""
 
     class WithSecretEnv(cls):
         def __init__(self, secret_env: dict[str, str], *args, **kwargs):
@@ -49,7 +49,8 @@ def _remote_with_secrets(cls):
 
     WithSecretEnv.__name__, WithSecretEnv.__qualname__ = cls.__name__, cls.__qualname__
     WithSecretEnv.__doc__ = cls.__doc__
-    return ray.remote(WithSecretEnv), (secret_worker_env(),)
+    remote = ray.remote(**remote_options) if remote_options else ray.remote
+    return remote(WithSecretEnv), (secret_worker_env(),)
 
 
 def _options(slot, name: str) -> dict:
@@ -284,13 +285,21 @@ class TrainerGroup(_Group):
         engines.transfer_done()
 
 
+IN_FLIGHT_GROUP = "in_flight"
+"""The Ray concurrency group (its own thread) of in-flight generate calls; every other call
+of an engine (weight updates, held-out evaluation) runs in order on the default one."""
+
+
 class EngineGroup(_Group):
     role = "engine"
 
     def __init__(self, cls, config, plan, placement, board=None):
-        """board: as TrainerGroup's."""
+        """board: as TrainerGroup's. With inference.update_mode in_flight an engine runs
+        GenerationRequest.in_flight chunks on a thread of their own, so a weight update reaches
+        it mid-chunk (workers/update_gate.py pauses the chunk at a token boundary)."""
         super().__init__(CallDeadlines.of_run(config, plan))
-        remote_cls, secrets = _remote_with_secrets(cls)
+        threads = {"concurrency_groups": {IN_FLIGHT_GROUP: 1}} if config.inference.update_mode is UpdateMode.in_flight else {}
+        remote_cls, secrets = _remote_with_secrets(cls, **threads)
         for index, gpu_slots in enumerate(plan.placement.engine_slots):
             slot = placement.slot(gpu_slots[0])
             options = _options(slot, f"engine-{index}")
@@ -313,7 +322,8 @@ class EngineGroup(_Group):
             engine = min(range(len(self.actors)), key=lambda e: self.in_flight[e])
         else:
             engine = chunk_index % len(self.actors)
-        ref = self.actors[engine].generate.remote(request)
+        generate = self.actors[engine].generate
+        ref = (generate.options(concurrency_group=IN_FLIGHT_GROUP) if request.in_flight else generate).remote(request)
         if self.in_flight[engine] == 0:
             self._progress_at[engine] = time.monotonic()
         self.in_flight[engine] += 1

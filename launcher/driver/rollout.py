@@ -20,7 +20,11 @@ class Group:
     prompt_ids: list[int]
     responses: list[list[int]]
     logprobs: list[list[float]]
+    """Per response token, its behaviour log-prob: under the weights of its token version."""
+    token_versions: list[list[int]]
+    """Per response token, the policy version that produced it (Generation.token_versions)."""
     policy_version: int
+    """The oldest token's version: what algorithm.max_staleness judges."""
     task_rewards: list[float]
     """The task's score of each response (what `reward` and the curves show)."""
     rewards: list[float]
@@ -45,13 +49,15 @@ def chunk_seed(run_seed: int, step: int, round_index: int, chunk_index: int) -> 
 
 
 def make_chunks(prompt_ids: list[list[int]], samples: int, groups_per_chunk: int, sampling: SamplingParams,
-                seed_of) -> list[tuple[list[int], GenerationRequest]]:
-    """(group indices, request) per chunk of `groups_per_chunk` consecutive groups."""
+                seed_of, in_flight: bool = False) -> list[tuple[list[int], GenerationRequest]]:
+    """(group indices, request) per chunk of `groups_per_chunk` consecutive groups;
+    `in_flight`: weight updates may apply between their tokens (GenerationRequest.in_flight)."""
     chunks = []
     for c, start in enumerate(range(0, len(prompt_ids), groups_per_chunk)):
         members = list(range(start, min(start + groups_per_chunk, len(prompt_ids))))
         prompts = [prompt_ids[g] for g in members for _ in range(samples)]
-        chunks.append((members, GenerationRequest(prompts=prompts, seed=seed_of(c), sampling=sampling)))
+        chunks.append((members, GenerationRequest(prompts=prompts, seed=seed_of(c), sampling=sampling,
+                                                         in_flight=in_flight)))
     return chunks
 
 
@@ -71,7 +77,8 @@ def score_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: 
     lengths_B = torch.tensor([len(t) for t in responses])
     shaped_B = algorithm.shape_rewards(torch.tensor(task_rewards, dtype=torch.float32), lengths_B)
     return Group(problem=problem, prompt_ids=prompt_ids, responses=responses,
-                 logprobs=[gen.logprobs[r] for r in rows], policy_version=gen.policy_version,
+                 logprobs=[gen.logprobs[r] for r in rows], token_versions=[gen.token_versions[r] for r in rows],
+                 policy_version=min(min(gen.token_versions[r]) for r in rows),
                  task_rewards=task_rewards, rewards=shaped_B.tolist(), correct=[s.correct for s in scored],
                  reward_errors=sum(s.error is not None for s in scored),
                  truncated=sum(not gen.finished[r] for r in rows),

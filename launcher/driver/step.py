@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
+from launcher.config.schema.choices import UpdateMode
 from launcher.driver.rollout import Group, make_chunks, sampling_params, score_group, split_generation
 from launcher.driver.runtime import Runtime
+from launcher.driver.samples_log import write_samples
 from launcher.driver.train import train_on_groups
 from launcher.rl.tasks import Problem
 
@@ -35,7 +37,8 @@ def send_prompts(rt: Runtime, n_prompts: int, groups_per_chunk: int, seed_of, fi
     rt.state.data_position += n_prompts
     prompt_ids = [rt.tokenizer.encode(p.prompt) for p in problems]
     chunks = make_chunks(prompt_ids, rt.config.algorithm.samples_per_prompt, groups_per_chunk,
-                         sampling_params(rt.config.algorithm), seed_of)
+                         sampling_params(rt.config.algorithm), seed_of,
+                         in_flight=rt.config.inference.update_mode is UpdateMode.in_flight)
     return {rt.engines.submit(request, first_chunk + c): Chunk(problems, prompt_ids, members)
             for c, (members, request) in enumerate(chunks)}
 
@@ -61,7 +64,10 @@ def keep_on_task_rewards(keep_group, group: Group) -> bool:
 
 
 def timed_train(rt: Runtime, groups: list[Group]) -> tuple[dict, float]:
-    """train.train_on_groups on the step's groups: (train metrics, seconds it took)."""
+    """train.train_on_groups on the step's groups: (train metrics, seconds it took); with
+    logging.samples they are first written to samples.jsonl (samples_log.py)."""
+    if rt.config.logging.samples:
+        write_samples(rt.run_dir, rt.state.step + 1, rt.state.policy_version, groups)
     started = time.monotonic()
     metrics = train_on_groups(rt.trainers, groups, rt.config.algorithm, rt.algorithm)
     return metrics, time.monotonic() - started

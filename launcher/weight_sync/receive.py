@@ -21,6 +21,7 @@ from launcher.weight_sync.base_identity import folder_base
 from launcher.weight_sync.messages import WeightBucket, WeightUpdate
 from launcher.weight_sync.transports import transport_for
 from launcher.weight_sync.transports.base import BucketTransport, Received
+from launcher.workers.update_gate import UpdateGate
 
 
 def ships_weights(update: WeightUpdate) -> bool:
@@ -55,6 +56,9 @@ class WeightReceiver(ABC):
         self._update: WeightUpdate | None = None
         """The update between begin and finish (None otherwise)."""
         self._adapter_tensors: dict[str, torch.Tensor] = {}
+        self.gate = UpdateGate()
+        """Held from begin to finish: an in-flight generation (inference.update_mode: in_flight)
+        pauses at its next token boundary for the update and continues on the new weights."""
 
     def _refuse_mid_update(self) -> None:
         """Called by generate: no request may run on a half-applied update."""
@@ -63,14 +67,18 @@ class WeightReceiver(ABC):
                                f"{self._update.version} (begin without finish)")
 
     def begin_weight_update(self, update: WeightUpdate) -> None:
-        """A streamed update starts: buckets follow, then finish_weight_update. Called
-        between generate calls, never during one; the engine must not generate until finish."""
+        """A streamed update starts: buckets follow, then finish_weight_update. It waits
+        for the model: between generate calls, or at a token boundary of an in-flight one
+        (update_gate.py); nothing generates until finish. After a failed update (begin
+        without finish) the gate is still held from it."""
         if not ships_weights(update) and not self._holds_weights():
             raise RuntimeError(f"{self.who} dropped its weights (sleep level 2) and got only an adapter; send the "
                                "base with it (begin_export(with_base=True))")
+        if self._update is None:
+            self.gate.hold()
+        self._update, self._adapter_tensors = update, {}
         if ships_weights(update):
             self._begin_weights()
-        self._update, self._adapter_tensors = update, {}
 
     def load_weight_bucket(self, bucket: WeightBucket) -> int:
         """Load (or, for adapter buckets, keep) one bucket and release it; returns its tensor count."""
@@ -90,13 +98,14 @@ class WeightReceiver(ABC):
     def finish_weight_update(self, version: int) -> None:
         """Every bucket has arrived: serve the new weights as `version` from the next generate."""
         update, adapter_tensors = self._update, self._adapter_tensors
-        self._update, self._adapter_tensors = None, {}
         if update is None:
             raise RuntimeError(f"{self.who}: finish_weight_update without begin")
         if ships_weights(update):
             self._finish_weights(version)
         if update.adapter is not None:
             self._apply_adapter(update.adapter, adapter_tensors, version)
+        self._update, self._adapter_tensors = None, {}
+        self.gate.release()
 
     # ---- hooks: the backend's own steps -----------------------------------------------------
 

@@ -61,6 +61,13 @@ class RouterPolicy(str, Enum):
     least_loaded = "least_loaded"
 
 
+class UpdateMode(str, Enum):
+    """When an async run's weight update reaches a generating engine (inference.update_mode)."""
+
+    between_chunks = "between_chunks"
+    in_flight = "in_flight"
+
+
 class AlgorithmName(str, Enum):
     grpo = "grpo"
     dapo = "dapo"

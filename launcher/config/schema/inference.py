@@ -2,7 +2,7 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
-from launcher.config.schema.choices import InferenceBackendName, KvCacheDtype, RouterPolicy
+from launcher.config.schema.choices import InferenceBackendName, KvCacheDtype, RouterPolicy, UpdateMode
 
 
 @dataclass
@@ -38,6 +38,12 @@ class InferenceConfig:
     them), 0 = never sleep. null = derived by the planner (plan.memory.sleep_level): 2 for merged
     sync and full fine-tuning (every sync re-sends the whole model), 1 for adapter sync (the base
     stays put in host RAM, only adapters move), 0 for async placement. A set value overrides it."""
+    update_mode: UpdateMode = UpdateMode.between_chunks
+    """Async placement: when a weight update reaches an engine that is generating.
+    `between_chunks`: after the chunks queued on it (a chunk lasts as long as its longest
+    sequence). `in_flight`: at the next token boundary; the same sequences continue on the new
+    weights with their KV cache kept, each token carrying the policy version that produced it
+    (max_staleness is judged on a sequence's oldest token). hf engine only (INF013)."""
     concurrency_per_engine: int = 128
     """Requests in flight per engine; x engines must stay within router.queue_size."""
     router: RouterConfig = field(default_factory=RouterConfig)

@@ -21,3 +21,6 @@ class LoggingConfig:
     """Metric sinks: console (one line per step), jsonl (`<run dir>/metrics.jsonl`), wandb."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """Used only when `wandb` is among backends."""
+    samples: bool = False
+    """Write every trained sequence to `<run dir>/samples.jsonl`: its tokens, behaviour
+    log-probs and the policy version of each token (launcher/driver/samples_log.py)."""

@@ -74,15 +74,28 @@ class HfEngine(EngineBase, ServedWeights):
         self._refuse_mid_update()
         recorders = self._recorders()
         try:
-            results = sample(self.model, request.prompts, request.sampling, self.eos_ids, self.pad_id, request.seed,
-                             recorders)
+            with self.gate.in_flight() if request.in_flight else self.gate.holding():
+                results = sample(self.model, request.prompts, request.sampling, self.eos_ids, self.pad_id,
+                                 request.seed, recorders, self._token_boundary(request.in_flight))
         finally:
             for recorder in recorders.values():
                 recorder.remove()
         return Generation(tokens=[r.tokens for r in results], logprobs=[r.logprobs for r in results],
-                          finished=[r.finished for r in results], policy_version=self.version,
+                          finished=[r.finished for r in results], policy_version=min(min(r.versions) for r in results),
+                          token_versions=[r.versions for r in results],
                           routes=[r.routes for r in results] if "routes" in recorders else None,
                           indexer_topk=[r.indexer_topk for r in results] if "indexer_topk" in recorders else None)
+
+    def _token_boundary(self, in_flight: bool):
+        """sampling.py's boundary: before each forward, the policy version of the weights it
+        runs on; an in-flight request first lets a waiting weight update in (update_gate.py)."""
+
+        def boundary() -> int:
+            if in_flight:
+                self.gate.boundary()
+            return self.version
+
+        return boundary
 
     def _recorders(self) -> dict:
         """Hooks for this request's routes and indexer pools (sampling.py's Sampled fields)."""

@@ -160,7 +160,7 @@ class VllmEngine(ServedWeights):
                         routes[row] = to_routes(output.outputs[0].routed_experts, seq_len, **self._route_shape)
         tokens, logprobs, finished = (list(column) for column in zip(*results, strict=True))
         return Generation(tokens=tokens, logprobs=logprobs, finished=finished, policy_version=self.version,
-                          routes=routes)
+                          token_versions=[[self.version] * len(t) for t in tokens], routes=routes)
 
     # ---- colocation -------------------------------------------------------------------------
 

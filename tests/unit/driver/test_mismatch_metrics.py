@@ -45,8 +45,8 @@ class _Trainers:
 
 
 def _groups(n):
-    return [Group(Problem("p", "a"), [1, 2], [[3, 4]] * 2, [[-1.0, -1.0]] * 2, 0, [0.0, 1.0], [0.0, 1.0],
-                  [False, True]) for _ in range(n)]
+    return [Group(Problem("p", "a"), [1, 2], [[3, 4]] * 2, [[-1.0, -1.0]] * 2, [[0, 0]] * 2, 0, [0.0, 1.0],
+                  [0.0, 1.0], [False, True]) for _ in range(n)]
 
 
 def test_step_means_over_tokens_and_max_over_ranks_and_mini_batches():

@@ -93,7 +93,7 @@ def test_custom_reward_through_score_group(rewards_module):
     tok = CharTokenizer(64)
     problem = Problem("c57=", "57", extra_info={"index": 4})
     gen = Generation(tokens=[tok.encode("57"), tok.encode("75")], logprobs=[[0.0, 0.0]] * 2, finished=[True] * 2,
-                     policy_version=0)
+                     policy_version=0, token_versions=[[0, 0]] * 2)
     group = score_group(problem, tok.encode(problem.prompt), gen, range(2), scorer, tok, make_algorithm(cfg.algorithm))
     assert group.task_rewards == [0.5, 0.0] and group.correct == [True, False] and group.reward_errors == 0
     assert torch.allclose(torch.tensor(group.rewards), torch.tensor([0.5, 0.0]))  # GRPO: no shaping
@@ -120,7 +120,7 @@ def test_custom_reward_errors_are_counted_in_step_metrics(rewards_module):
     tok = CharTokenizer(64)
     texts = ["x1", "57", "x2", "x3"]
     gen = Generation(tokens=[tok.encode(t) for t in texts], logprobs=[[0.0, 0.0]] * 4, finished=[True] * 4,
-                     policy_version=0)
+                     policy_version=0, token_versions=[[0, 0]] * 4)
     groups = [score_group(Problem("c57=", "57"), [1], gen, range(4), scorer, tok, make_algorithm(cfg.algorithm))
               for _ in range(2)]
     assert groups[0].task_rewards == [0.0, 1.0, 0.0, 0.0] and groups[0].reward_errors == 3

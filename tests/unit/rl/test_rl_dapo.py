@@ -53,7 +53,7 @@ def test_step_metrics_count_truncated_and_penalised_responses():
     tok = CharTokenizer(64)
     responses = [tok.encode("57") + [tok.eos_id], tok.encode("5777"), tok.encode("5778")]
     gen = Generation(tokens=responses, logprobs=[[0.0] * len(r) for r in responses],
-                     finished=[True, False, False], policy_version=0)
+                     finished=[True, False, False], policy_version=0, token_versions=[[0] * len(r) for r in responses])
     group = score_group(Problem("c57=", "57"), tok.encode("c57="), gen, range(3), TASKS.get("synthetic_copy"), tok,
                         make_algorithm(cfg.algorithm))
     assert group.truncated == 2 and group.rewards[1] == pytest.approx(group.task_rewards[1] - 0.5)
