@@ -28,7 +28,8 @@ def in_flight_needs_async_placement(cfg, plan):
                     f"inference.update_mode=in_flight with placement.mode={cfg.placement.mode.value}",
                     "Colocated runs generate, then train, then sync: no update ever meets a chunk in flight, so "
                     "the setting would do nothing.",
-                    "Use placement.mode=async (with algorithm.max_staleness >= 1), or drop inference.update_mode.")
+                    "Set inference.update_mode=between_chunks, or run async (placement.mode async with its trainer "
+                    "and inference nodes and algorithm.max_staleness >= 1, as recipes/tiny_dapo_async.yaml).")
 
 
 @rule("INF016")
