@@ -21,8 +21,9 @@ from launcher.plan.params import ParamCounts, count_params
 from launcher.plan.placement import GpuSlot, PlacementPlan, plan_placement
 from launcher.plan.routes import RoutesPlan, plan_routes
 from launcher.plan.startup import StartupPlan, plan_startup
+from launcher.plan.swap import swap_basis, swap_terms
 from launcher.plan.sync import SyncPlan, plan_sync
-from launcher.plan.timing import PINNED_OFFLOAD_GIB_PER_S, SWAP_OVERHEAD_S, TimingPlan, plan_timing, swap_s
+from launcher.plan.timing import TimingPlan, plan_timing
 
 __all__ = ["Plan", "make_plan", "GpuSlot", "MODEL_PARTS"]
 
@@ -74,17 +75,17 @@ def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) 
     memory = plan_memory(cfg, params, mesh, lora, arch, log)
     sync = plan_sync(cfg, params, lora, mesh.trainer_gpus)
     log.add("sync.seconds", f"{sync.seconds:.1f}", f"{sync.gib_per_engine:.1f} GiB {sync.kind} over {sync.link}")
-    colocated = memory.colocated is not None
     offloaded = memory.host.offloaded_trainer_gib / cfg.cluster.gpus_per_node
-    swap = swap_s(offloaded, colocated)
-    if colocated:
-        log.add("timing.swap_s", f"{swap:.1f}", f"2 x {offloaded:.1f} GiB offloaded trainer per GPU at "
-                f"{PINNED_OFFLOAD_GIB_PER_S:g} GiB/s (pinned) + {SWAP_OVERHEAD_S:g} s wake, sleep and calls")
-    timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus, swap, arch.has_kda)
+    terms = swap_terms(cfg, offloaded, memory.inference.weights_gib, memory.sleep_level)
+    if terms:
+        log.add("timing.swap_s", f"{sum(terms.values()):.1f}", swap_basis(cfg, terms, offloaded, memory.sleep_level))
+    timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus, sum(terms.values()), arch.has_kda)
     log.add("timing.generation_s", f"{timing.generation_s:.1f}",
             f"{timing.generation_rounds} round(s) x {timing.generation_round_s:.1f} s: max_response_len "
             f"{cfg.algorithm.max_response_len} x {timing.decode_step_s * 1e3:.1f} ms a decode step of the "
             f"{cfg.inference.backend.value} engine (measured against its bandwidth floor, plan/timing.py)")
+    log.add("timing.rollout_s", f"{timing.rollout_s:.1f}", f"a round {timing.generation_round_s:.1f} s + swap "
+            f"{timing.swap_s:.1f} s (the metrics' rollout_s: generation and the colocated swap around it)")
     log.add("timing.recommended_nccl_timeout_s", timing.recommended_nccl_timeout_s,
             f"{timing.longest_wait_phase} ~{timing.longest_wait_s:.0f} s x margin")
     startup = plan_startup(cfg, memory, sync)

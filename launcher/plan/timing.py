@@ -36,12 +36,6 @@ LOGPROB_MFU = 0.15
 TRAIN_MFU = 0.2
 TIMEOUT_MARGIN = 2.0
 MIN_TIMEOUT_S = 600
-PINNED_OFFLOAD_GIB_PER_S = 51.0
-"""A colocated trainer's offload to (and reload from) its pinned host buffers once they exist:
-55 GB/s each way on the H200 (benchmarks/offload_bandwidth.py, docs/results.md)."""
-SWAP_OVERHEAD_S = 2.0
-"""The rest of a colocated swap: the engine's wake and sleep, cache releases, the Ray calls. The
-4-layer slice's steady steps spent 3.9-5.5 s of rollout outside generation, ~1.9 s of it copies."""
 
 
 @dataclass
@@ -59,7 +53,10 @@ class TimingPlan:
     longest_wait_phase: str
     recommended_nccl_timeout_s: int
     swap_s: float
-    """Colocated, per step: the trainer off the GPU and back, the engines woken and put to sleep."""
+    """Colocated, per step: the trainer off the GPU and back, the engines woken and put to sleep (plan/swap.py)."""
+    rollout_s: float
+    """A step's rollout as the sync loop's metrics time it (`rollout_s`): one generation round and the swap.
+    With dynamic sampling's regenerations a step's may reach generation_s + swap_s."""
 
 
 def decode_step_s(cfg: LauncherConfig, floor_s: float, has_kda: bool) -> float:
@@ -85,11 +82,6 @@ def _generation_round_s(cfg: LauncherConfig, batch: BatchPlan, inf_mem: Inferenc
     return step, waves * cfg.algorithm.max_response_len * step
 
 
-def swap_s(offloaded_gib_per_gpu: float, colocated: bool) -> float:
-    """Seconds per step of a colocated swap: the offload and the reload, and the fixed rest."""
-    return 2 * offloaded_gib_per_gpu / PINNED_OFFLOAD_GIB_PER_S + SWAP_OVERHEAD_S if colocated else 0.0
-
-
 def plan_timing(cfg: LauncherConfig, params: ParamCounts, batch: BatchPlan, inf_mem: InferenceMemory,
                 trainer_gpus: int, swap_seconds: float, has_kda: bool) -> TimingPlan:
     step, round_s = _generation_round_s(cfg, batch, inf_mem, has_kda)
@@ -106,4 +98,4 @@ def plan_timing(cfg: LauncherConfig, params: ParamCounts, batch: BatchPlan, inf_
     return TimingPlan(decode_step_s=step, generation_round_s=round_s, generation_rounds=rounds,
                       generation_s=generation, logprob_pass_s=logprob, train_s=train,
                       longest_wait_s=longest, longest_wait_phase=phase, recommended_nccl_timeout_s=timeout,
-                      swap_s=swap_seconds)
+                      swap_s=swap_seconds, rollout_s=round_s + swap_seconds)

@@ -1,6 +1,15 @@
-"""The plan's generation estimate per engine, against what the engines did on one H200
-(plan/timing.py cites the runs), and dynamic sampling's rounds."""
+"""The plan's generation and rollout estimates per engine, against what the engines did on one
+H200 (plan/timing.py and plan/swap.py cite the runs), and dynamic sampling's rounds."""
+import json
+import runpy
+import statistics
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+QMOE_MAIN_JOB_METRICS = sorted((ROOT / "benchmarks/results").glob("vllm026_main_qmoe_h200x1_*_metrics.jsonl"))
+"""The two H200 runs of `benchmarks/main_job.py --profile qmoe` (vLLM 0.26, hf trainer), 6 steps each."""
 
 QMOE_H200 = ["recipe=tiny_grpo_chat", "model=qwen3_moe_4layer", "cluster=h200x1", "inference.engines=1",
              "algorithm.prompts_per_step=16", "algorithm.mini_batch_prompts=16", "algorithm.samples_per_prompt=4",
@@ -27,3 +36,23 @@ def test_dynamic_sampling_rounds_bound_the_phase_not_a_round(point):
     assert dapo.longest_wait_s >= dapo.generation_s  # the timeout waits out every round
     off = point("recipe=dapo_sync", "algorithm.dynamic_sampling.enabled=false").plan.timing
     assert off.generation_rounds == 1 and off.generation_s == pytest.approx(off.generation_round_s)
+
+
+def _qmoe_step_rows() -> list[dict]:
+    rows = [json.loads(line) for f in QMOE_MAIN_JOB_METRICS for line in f.read_text().splitlines()]
+    return [r for r in rows if "rollout_s" in r]
+
+
+def test_the_rollout_is_planned_within_1_5x_of_the_h200_main_job(point):
+    """The plan said 3.8 s (a round + the pinned rate + 2 s of calls) where the runs took 6.9-9.7 s:
+    the hf trainer moves its 5.8 GiB by pageable `model.to()`. The rollout and its part outside
+    generation (the swap) are both planned within 1.5x of the measured medians."""
+    job = runpy.run_path(str(ROOT / "benchmarks/main_job.py"))
+    timing = point(*job["BASE"], *job["PROFILES"]["qmoe"]).plan.timing
+    rows = _qmoe_step_rows()
+    assert len(rows) == 12
+    rollout = statistics.median(r["rollout_s"] for r in rows)
+    outside_generation = statistics.median(r["rollout_s"] - r["gen_s"] for r in rows)
+    assert rollout / 1.5 <= timing.rollout_s <= rollout * 1.5
+    assert outside_generation / 1.5 <= timing.swap_s <= outside_generation * 1.5
+    assert timing.rollout_s == pytest.approx(timing.generation_round_s + timing.swap_s)

@@ -417,13 +417,14 @@ def test_gpu_megatron_trainers_cap_inductors_compile_workers(point, monkeypatch)
 
 def test_a_colocated_step_prices_the_swap(point):
     """The slice's steady steps spent 3.9-5.5 s of rollout outside generation on the H200: the
-    trainer's 47.7 GiB off the GPU and back, and the engine's wake and sleep."""
-    from launcher.plan.timing import PINNED_OFFLOAD_GIB_PER_S, SWAP_OVERHEAD_S
+    Megatron trainer's 47.7 GiB off the GPU and back through pinned buffers, and the hf engine's
+    wake and sleep."""
+    from launcher.plan.swap import HF_ENGINE_SWAP_S, PINNED_OFFLOAD_GIB_PER_S
 
     plan = point("recipe=tiny_grpo_chat", "model=glm5_3_flash_4layer", "cluster=h200x1", "inference.engines=1",
                  "trainer.backend=megatron", "model.dtype=bfloat16", "trainer.lora.rank=16").plan
     offloaded = plan.memory.host.offloaded_trainer_gib
-    assert plan.timing.swap_s == pytest.approx(2 * offloaded / PINNED_OFFLOAD_GIB_PER_S + SWAP_OVERHEAD_S)
+    assert plan.timing.swap_s == pytest.approx(2 * offloaded / PINNED_OFFLOAD_GIB_PER_S + HF_ENGINE_SWAP_S)
     assert 3.5 < plan.timing.swap_s < 5.5
     assert "timing.swap_s" in plan.origins
     assert point("recipe=dapo_async").plan.timing.swap_s == 0.0
