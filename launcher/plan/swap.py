@@ -17,10 +17,14 @@ from launcher.config.schema.root import LauncherConfig
 PINNED_OFFLOAD_GIB_PER_S = 51.0
 """The Megatron trainer's offload and reload through its pinned host buffers once they exist:
 55 GB/s each way on the H200 (benchmarks/offload_bandwidth.py, docs/results.md)."""
-PAGEABLE_TO_HOST_GIB_PER_S = 16 / 17.78
+PAGEABLE_TO_HOST_GIB_PER_S = 46.0 / 38.7
+"""A trainer's `.to("cpu")` of its own tensors on the H200, inside the launcher: the GLM slice's
+offload before pinned buffers, host RSS 5.5 -> 51.5 GiB in 38.7 s
+(benchmarks/results/main_job_slice4_h200x1_startup.memory.jsonl). offload_bandwidth.py's 48 MiB
+tensors went slower (0.90 GiB/s); a model's large tensors (embeddings, fused experts) are what
+the hf trainer moves."""
 PAGEABLE_TO_DEVICE_GIB_PER_S = 16 / 3.31
-"""The hf trainer's `model.to()` (and the hf engine's level-1 sleep): 16 GiB of bf16 weights to
-host in 17.78 s and back in 3.31 s on the H200 (benchmarks/results/offload_bandwidth_h200_16gib.txt)."""
+"""The way back, pageable: 16 GiB in 3.31 s (benchmarks/results/offload_bandwidth_h200_16gib.txt)."""
 VLLM_LEVEL2_SLEEP_WAKE_S = 0.09 + 0.51
 """vLLM 0.26 on one H200, its 96 GiB pool unmapped and remapped: sleep 0.09 s, wake 0.51 s
 (benchmarks/results/vllm026_engine_generation_h200x1_2026-12-04.json)."""

@@ -1,6 +1,7 @@
 """The plan's generation and rollout estimates per engine, against what the engines did on one
 H200 (plan/timing.py and plan/swap.py cite the runs), and dynamic sampling's rounds."""
 import json
+import re
 import runpy
 import statistics
 from pathlib import Path
@@ -10,6 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 QMOE_MAIN_JOB_METRICS = sorted((ROOT / "benchmarks/results").glob("vllm026_main_qmoe_h200x1_*_metrics.jsonl"))
 """The two H200 runs of `benchmarks/main_job.py --profile qmoe` (vLLM 0.26, hf trainer), 6 steps each."""
+QMOE_HF_ENGINE_LOG = ROOT / "benchmarks/results/vllm026_hf_engine_run_h200x1_2026-12-04.txt"
+"""`bash benchmarks/vllm_job_h200.sh hf`: the same job on the hf engine, 2 steps (the launcher's step lines)."""
 
 QMOE_H200 = ["recipe=tiny_grpo_chat", "model=qwen3_moe_4layer", "cluster=h200x1", "inference.engines=1",
              "algorithm.prompts_per_step=16", "algorithm.mini_batch_prompts=16", "algorithm.samples_per_prompt=4",
@@ -56,3 +59,15 @@ def test_the_rollout_is_planned_within_1_5x_of_the_h200_main_job(point):
     assert rollout / 1.5 <= timing.rollout_s <= rollout * 1.5
     assert outside_generation / 1.5 <= timing.swap_s <= outside_generation * 1.5
     assert timing.rollout_s == pytest.approx(timing.generation_round_s + timing.swap_s)
+
+
+def test_the_hf_engines_rollout_is_planned_within_1_5x_of_its_h200_run(point):
+    """The same job on the hf engine (the script's `common` overrides): its steady step took 7.09 s
+    (step 2; step 1's round paid the shape's first call, 16.8 s). The plan counts the same trainer
+    copies and the hf engine's 2 s residual measured on the GLM slice, which errs long here."""
+    steps = re.findall(r"^step +(\d+)/\d+ .*\| rollout ([\d.]+)s", QMOE_HF_ENGINE_LOG.read_text(), re.M)
+    assert [int(step) for step, _ in steps] == [1, 2]
+    measured_s = float(steps[1][1])
+    timing = point(*QMOE_H200, "inference.backend=hf", "trainer.backend=hf", "trainer.lora.rank=16",
+                   "trainer.lora.alpha=32", "trainer.lora.targets=[q_proj,k_proj,v_proj,o_proj]").plan.timing
+    assert measured_s / 1.5 <= timing.rollout_s <= measured_s * 1.5
