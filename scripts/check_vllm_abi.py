@@ -45,7 +45,7 @@ COMPONENTS = {
     "_vllm_fa3_C": "FlashAttention 3 (vllm_flash_attn, Hopper)",
     "_flashmla_C": "FlashMLA: MLA decode, dense and sparse (DSA)",
     "_flashmla_extension_C": "FlashMLA extension (sparse prefill / metadata)",
-    "_deepselect_C": "DeepSelect: top-k selection kernels",
+    "_deepselect_C": "DeepSelect: the DSA indexer's top-k (indexer_topk.py)",
     "_flashkda_C": "FlashKDA: Kimi delta attention kernels",
     "_qutlass_C": "QuTLASS: FP4 / microscaling quantization",
     "cumem_allocator": "cumem allocator (sleep mode's CUDA VMM pool)",
