@@ -71,7 +71,8 @@ class HfEngine(EngineBase, ServedWeights):
             raise RuntimeError(f"{self.who} was asked to generate while asleep (level {self.asleep_level})")
         if not self.has_weights:
             raise RuntimeError(f"{self.who} was asked to generate before any weight update (it starts empty)")
-        self._refuse_mid_update()
+        if not request.in_flight:  # an in-flight request waits at the gate until the update is finished
+            self._refuse_mid_update()
         recorders = self._recorders()
         try:
             with self.gate.in_flight() if request.in_flight else self.gate.holding():
