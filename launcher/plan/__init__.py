@@ -24,6 +24,7 @@ from launcher.plan.startup import StartupPlan, plan_startup
 from launcher.plan.swap import swap_basis, swap_terms
 from launcher.plan.sync import SyncPlan, plan_sync
 from launcher.plan.timing import TimingPlan, plan_timing
+from launcher.plan.update_wait import update_wait_s
 
 __all__ = ["Plan", "make_plan", "GpuSlot", "MODEL_PARTS"]
 
@@ -86,6 +87,8 @@ def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) 
             f"{cfg.inference.backend.value} engine (measured against its bandwidth floor, plan/timing.py)")
     log.add("timing.rollout_s", f"{timing.rollout_s:.1f}", f"a round {timing.generation_round_s:.1f} s + swap "
             f"{timing.swap_s:.1f} s (the metrics' rollout_s: generation and the colocated swap around it)")
+    if (wait := update_wait_s(cfg, timing)) is not None:
+        log.add("timing.update_wait_s", f"{wait[0]:.2f}", wait[1])
     log.add("timing.recommended_nccl_timeout_s", timing.recommended_nccl_timeout_s,
             f"{timing.longest_wait_phase} ~{timing.longest_wait_s:.0f} s x margin")
     startup = plan_startup(cfg, memory, sync)
