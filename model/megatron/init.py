@@ -20,7 +20,7 @@ import torch
 
 from model.megatron.mhc import HyperConnection
 from model.megatron.rmsnorm import RMSNorm
-from model.megatron.shards import shard_splits
+from model.megatron.shards import shard_of, shard_splits, whole_shape
 
 STD = 0.02
 
@@ -79,14 +79,18 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
 
 
 def init_adapters(model: torch.nn.Module, seed: int) -> None:
-    """LoRA A ~ N(0, 1/in) and B = 0 on every adapted module, keyed like init_weights (so
-    duplicated A's agree over TP and expert adapters over their data-parallel replicas)."""
-    gen_for = ShardGenerators(seed + 1, next(model.parameters()).device)
+    """LoRA A ~ N(0, 1/in) and B = 0 on every adapted module. Each A is drawn whole, from a
+    generator keyed by its module's name, and cut to this rank's shard: every mesh starts
+    from the same adapters (a tp2, ep2 or etp2 run trains as the data-parallel one does),
+    and duplicated A's agree over TP and ETP. Adapters are small (GLM-5.3-Flash's largest A,
+    a layer's routed experts at rank 16, is 113 MB in fp32), so the whole draw is cheap."""
     with torch.no_grad():
-        for module in model.modules():
+        for name, module in model.named_modules():
             if not hasattr(module, "lora_A"):
                 continue
             a, b = module.lora_A, module.lora_B
-            fan_in = a.shape[-1] * math.prod(size for dim, _, _, size, _ in shard_splits(a) if dim == a.dim() - 1)
-            a.copy_(torch.randn(a.shape, generator=gen_for(a), device=a.device) * fan_in ** -0.5)
+            shape = whole_shape(a)
+            gen = torch.Generator(device=a.device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            a.copy_(shard_of(torch.randn(shape, generator=gen, device=a.device) * shape[-1] ** -0.5, a))
             b.zero_()
+

@@ -15,6 +15,7 @@ from megatron.core.distributed import DistributedDataParallel, DistributedDataPa
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.transformer.transformer_config import TransformerConfig
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from model.megatron.spec import ModelSpec
 
@@ -62,6 +63,40 @@ def sum_grads_without_ddp(model: torch.nn.Module) -> None:
         expert = getattr(param, "allreduce", True) is False
         torch.distributed.all_reduce(param.grad, group=edp_group if expert else dp_group)
     sum_etp_duplicated_grads(model, "grad")
+
+
+def clip_grads_over_mesh(model: torch.nn.Module, max_norm: float) -> float:
+    """The gradient norm over the whole mesh, and clipping by it, for the CPU path (after
+    sum_grads_without_ddp). megatron-core's get_grad_norm_fp32 and clip_grad_by_total_norm_fp32
+    allocate on CUDA, so this counts the same way by hand: each tensor once over the mesh,
+    the squares summed over TP (dense) and over EP x ETP (experts), the same total on every
+    rank. `max_norm` 0 (trainer.optimizer.grad_clip) only measures it."""
+    params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
+    dense_sq, expert_sq = _squared_norm_shares(params)
+    torch.distributed.all_reduce(dense_sq, group=ps.get_tensor_model_parallel_group())
+    torch.distributed.all_reduce(expert_sq, group=ps.get_expert_tensor_and_model_parallel_group())
+    total = (dense_sq + expert_sq).sqrt()
+    if max_norm > 0:
+        clip_grads_with_norm_(params, max_norm, total)
+    return float(total)
+
+
+def _squared_norm_shares(params: list[torch.nn.Parameter]) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's share of the squared norm: (dense, expert). A tensor split over ranks counts
+    on each; one held whole on every TP rank (norms, router: `sequence_parallel`) counts on TP
+    rank 0 only, and an expert LoRA half whole on every ETP rank (`etp_duplicated`) on ETP rank 0."""
+    dense, expert = [], []
+    for param in params:
+        if getattr(param, "allreduce", True) is False:
+            if not getattr(param, "etp_duplicated", False) or ps.get_expert_tensor_parallel_rank() == 0:
+                expert.append(param.grad)
+        elif getattr(param, "tensor_model_parallel", False) or ps.get_tensor_model_parallel_rank() == 0:
+            dense.append(param.grad)
+    return _sum_of_squares(dense), _sum_of_squares(expert)
+
+
+def _sum_of_squares(grads: list[torch.Tensor]) -> torch.Tensor:
+    return get_total_norm(grads).double() ** 2 if grads else torch.zeros((), dtype=torch.float64)
 
 
 def sum_etp_duplicated_grads(model: torch.nn.Module, grad_attr: str) -> None:

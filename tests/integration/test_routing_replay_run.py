@@ -37,8 +37,8 @@ def test_every_step_replays_the_engines_routes_and_indexer_pools(launch_run, rec
 
 
 def test_megatron_replays_the_engines_routes_and_pools_on_two_data_parallel_ranks(launch_run):
-    """The tiny recipe's two CPU ranks (the Megatron CPU path is data parallel only, MESH014):
-    each rank replays its shard's routes and pools on its packed stream."""
+    """The tiny recipe's two CPU ranks, data parallel (model-parallel meshes with routing replay:
+    test_megatron_model_parallel.py): each rank replays its shard's routes and pools on its packed stream."""
     run = launch_run("replay_megatron_dp2", ["trainer.backend=megatron", *SMALL, "run.steps=2", "checkpoint.every_steps=0",
                                              "algorithm.max_response_len=4", *REPLAY, *INDEXER_SELECTS])
     steps = _replayed_steps(run)

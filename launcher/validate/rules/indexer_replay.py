@@ -65,8 +65,8 @@ def megatron_indexer_replay_tensor_parallel_unrun(cfg, plan):
     """The Megatron trainer's indexer runs on the TP-gathered stream, so every TP rank gets
     the whole stream's pools: checked on CPU forwards (tests/unit/model/
     test_megatron_indexer_replay_parallel.py: tp2+SP follows random given pools exactly, with
-    one rank's logits) and in data-parallel runs (MESH014 keeps the CPU trainer data
-    parallel), but no GPU run with TP has replayed them: a warning, not a refusal."""
+    one rank's logits) and in data-parallel runs, but no GPU run with TP has replayed them: a
+    warning, not a refusal."""
     key = indexer_on(cfg)
     if key is None or cfg.trainer.backend is not TrainerBackendName.megatron or cfg.trainer.mesh.tp == 1:
         return

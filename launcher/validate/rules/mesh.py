@@ -1,5 +1,5 @@
 """Trainer mesh rules (docs/model.md section 2): divisibility, mHC/KDA limits, sequence parallel."""
-from launcher.config.schema.choices import GpuArch, TrainerBackendName
+from launcher.config.schema.choices import TrainerBackendName
 from launcher.validate.registry import error, rule, warning
 
 
@@ -157,23 +157,3 @@ def megatron_fixed_layout(cfg, plan):
                         "This project's Megatron model (model/megatron) has no pipeline stages and no "
                         "context-parallel split for any model: the trainer builds pp=1, cp=1 whatever the mesh says.",
                         f"Set trainer.mesh.{key}=1 and use tp/ep/dp for memory.")
-
-
-@rule("MESH014")
-def megatron_cpu_data_parallel_only(cfg, plan):
-    """The Megatron trainer on CPU (cluster.gpu.arch=cpu) runs data parallel only: without
-    Megatron's CUDA grad buffers it clips by the local grad norm, which is the global one only
-    when every rank holds whole tensors (workers/megatron/model.py build_optimizer)."""
-    m = cfg.trainer.mesh
-    if cfg.trainer.backend is not TrainerBackendName.megatron or cfg.cluster.gpu.arch is not GpuArch.cpu:
-        return
-    split = [f"{key}={size}" for key, size in (("tp", m.tp), ("ep", m.ep), ("etp", plan.mesh.etp)) if size > 1]
-    if split:
-        yield error("trainer.mesh", f"trainer.mesh {' '.join(split)} with trainer.backend=megatron on "
-                    f"cluster.gpu.arch=cpu (cluster `{cfg.cluster.name}`)",
-                    "The CPU path of the Megatron trainer clips gradients by each rank's local norm, which is "
-                    "wrong once a tensor is split over ranks; it refuses the mesh when the trainer builds, after "
-                    "Ray and the engines are up.",
-                    "Set trainer.mesh.tp=1, trainer.mesh.ep=1, trainer.mesh.etp=1 and "
-                    "trainer.mesh.sequence_parallel=false on CPU (data parallel over cluster.gpus_per_node), or use "
-                    "a GPU cluster file for model parallelism.")

@@ -86,15 +86,17 @@ def routes_fit_the_object_store(cfg, plan):
 
 @rule("ROUTE004")
 def megatron_replay_model_parallel_unrun(cfg, plan):
-    """The Megatron trainer's replay under TP+SP and EP is checked on CPU forwards
+    """The Megatron trainer's replay under TP+SP, EP and ETP is checked on CPU: forwards
     (tests/unit/model/test_megatron_replay_parallel.py: random routes followed exactly on tp2,
-    ep2 and tp2+ep2, logits equal to one rank's) and in data-parallel runs, but no GPU run
-    with model parallelism has replayed routes yet: a warning, not a refusal."""
+    ep2 and tp2+ep2, logits equal to one rank's) and five-step training runs on tp2+sp, ep2,
+    tp2+ep2 and tp2+etp2 that match the data-parallel run with routing_agreement 1.0
+    (tests/integration/test_megatron_model_parallel.py). No GPU run with model parallelism
+    has replayed routes yet: a warning, not a refusal."""
     key = _routes_on(cfg)
     m = cfg.trainer.mesh
     if key is None or cfg.trainer.backend.value != "megatron" or (m.tp == 1 and m.ep * plan.mesh.etp == 1):
         return
     yield warning("trainer.mesh", f"{key}=true with trainer.backend=megatron, tp={m.tp}, ep={m.ep}, etp={plan.mesh.etp}",
                   "Replay follows the engine's routes through the TP rank's sequence-parallel chunk and the expert "
-                  "group's token gather in CPU tests of the forward; no GPU run with model parallelism has used it.",
+                  "group's token gather in CPU training runs (gloo); no GPU run with model parallelism has used it.",
                   "Check routing_agreement in metrics.jsonl: it is 1.0 on every step when replay works.")

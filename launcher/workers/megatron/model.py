@@ -51,17 +51,14 @@ def release_cached_blocks(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def build_optimizer(model, config, mesh, device: torch.device):
-    """(model to call, optimizer, uses_megatron_ddp); on CPU grads are synced by
-    optim.sum_grads_without_ddp (Megatron's grad buffers need CUDA)."""
+def build_optimizer(model, config, device: torch.device):
+    """(model to call, optimizer, uses_megatron_ddp); on CPU grads are summed by
+    optim.sum_grads_without_ddp and clipped by optim.clip_grads_over_mesh (Megatron's grad
+    buffers and its norm need CUDA), for any tp/ep/etp."""
     opt = config.trainer.optimizer
     if device.type == "cuda":
         ddp, optimizer = wrap_for_training(model, opt.lr, opt.weight_decay, opt.grad_clip, opt.cpu_offload)
         return ddp, optimizer, True
-    tp, ep, etp = mesh.tp, mesh.ep, mesh.etp
-    if tp * ep * etp > 1:
-        raise ValueError(f"trainer.mesh tp={tp} ep={ep} etp={etp} on CPU: the CPU path clips by the local grad norm, "
-                         "so it runs data parallel only (tp=ep=etp=1); model parallelism needs GPUs")
     params = [p for p in model.parameters() if p.requires_grad]
     return model, torch.optim.AdamW(params, lr=opt.lr, weight_decay=opt.weight_decay), False
 

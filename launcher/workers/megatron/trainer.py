@@ -26,12 +26,12 @@ from launcher.workers.megatron._pack import PackedBatch, pack_shard
 from launcher.workers.megatron.checkpoint_identity import identity
 from launcher.workers.megatron.state import DeviceMover, lora_disabled
 from launcher.workers.registry import TRAINERS
-from launcher.workers.trainer_base import TrainerBase, clip_grad_norm, tagged
+from launcher.workers.trainer_base import TrainerBase, tagged
 from model.megatron import token_logprobs
 from model.megatron.entropy import token_entropy
 from model.megatron.indexer_slot import attach_indexer_slot, packed_picks
 from model.megatron.moe import MoE
-from model.megatron.optim import reduce_grads, sum_grads_without_ddp
+from model.megatron.optim import clip_grads_over_mesh, reduce_grads, sum_grads_without_ddp
 from model.megatron.parallel import tp_size
 from model.megatron.routes import attach_route_slot, packed_routes, rank_routes
 from model.megatron.weights import hf_stream
@@ -58,8 +58,7 @@ class MegatronTrainer(TrainerBase):
             self.ref = megatron_model.build_rank_model(self.cfg, self.plan, self.device, self.pad_id).eval()
             self.ref.load_state_dict(self.model.state_dict())
         self.progress.phase("optimizer")
-        self.runner, self.optimizer, self.megatron_ddp = megatron_model.build_optimizer(self.model, self.cfg, self.mesh,
-                                                                                         self.device)
+        self.runner, self.optimizer, self.megatron_ddp = megatron_model.build_optimizer(self.model, self.cfg, self.device)
         self.dp = megatron_model.data_parallel_size()
         self.mover = DeviceMover(self.model, *((self.runner, self.optimizer) if self.megatron_ddp else ()),
                                  optimizer_on_host=self.cfg.trainer.optimizer.cpu_offload)
@@ -127,8 +126,7 @@ class MegatronTrainer(TrainerBase):
             _, grad_norm, _ = self.optimizer.step()
             return float(grad_norm or 0.0)
         sum_grads_without_ddp(self.model)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = clip_grad_norm(params, self.cfg.trainer.optimizer.grad_clip)
+        grad_norm = clip_grads_over_mesh(self.model, self.cfg.trainer.optimizer.grad_clip)
         self.optimizer.step()
         return grad_norm
 

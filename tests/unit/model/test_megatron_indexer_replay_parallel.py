@@ -1,7 +1,6 @@
 """DSA top-k replay on a TP+SP mesh of the Megatron model, two CPU processes (gloo).
 
-The Megatron trainer's CPU path trains data parallel only (MESH014), but its forward runs on
-TP2 with sequence parallelism, and the replay is all in the forward: each TP rank's indexer
+On TP2 with sequence parallelism the replay is all in the forward: each TP rank's indexer
 runs on the all-gathered sequence, so the slot holds the whole packed stream's pools (not a
 rank's chunk, as routes are), the stream padded to a multiple of tp has no record there.
 Given pools drawn at random among each query's visible ones (so they differ from the

@@ -1,7 +1,7 @@
 """Routing replay on TP+SP and EP meshes of the Megatron model, two CPU processes (gloo).
 
-The Megatron trainer's CPU path trains data parallel only (MESH014), but its forward runs on
-every mesh, and the replay is all in the forward: the trainer lays the engine's routes out on
+The replay is all in the forward (whole training runs on these meshes:
+tests/integration/test_megatron_model_parallel.py): the trainer lays the engine's routes out on
 the packed stream (model/megatron/routes.py packed_routes), each TP rank keeps its sequence-
 parallel chunk (rank_routes), and an EP group gathers the replayed expert ids with the tokens
 (moe.py _across_group). Given routes drawn at random (so they differ from the model's own),
