@@ -28,6 +28,7 @@ from launcher.config.schema.choices import PlacementMode
 from launcher.driver.cluster import gpu_resource, ray_session
 from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
 from launcher.driver.no_signal import NoSignalError
+from launcher.driver.phase import RunPhase
 from launcher.driver.placement import Placement, PlacementError
 from launcher.driver.preemption import Preempted, StopNow, make_preemption, resume_command, stopped_report
 from launcher.driver.ray_processes import RayStartInterrupted
@@ -190,6 +191,7 @@ def _run(composed, plan, run_dir: Path, ckpt, resume_from, preemption) -> Path |
 
     config = composed.config
     scorer, data = _before_ray(config)  # Refused: a reward, tokenizer or data mistake costs seconds
+    preemption.phase.enter("start-up")
     # Installed again after ray.init: Ray's core worker installs its own SIGTERM handler, which
     # would end the driver without the teardown below.
     started = time.monotonic()
@@ -208,6 +210,7 @@ def _run(composed, plan, run_dir: Path, ckpt, resume_from, preemption) -> Path |
             rt.sync_weights(with_base=True, wait=True)
             rt.logger.log_startup(ray_s, startup.finish(), plan.startup.seconds)
             preemption.running = True  # from here a signal saves (before: nothing to save, it stops at once)
+            rt.enter_phase("loop")
             LOOPS.get(plan.placement.mode)(rt)
             if preemption.requested and rt.state.step < config.run.steps:
                 _save_and_stop(rt, ckpt)
@@ -228,6 +231,7 @@ def _save_and_stop(rt, ckpt) -> None:
     """A preemption signal stopped the loop: the last completed step saved (runtime.save_on_stop),
     then Preempted, which leaves the Ray session (Ray stops) for launch() to report."""
     newest = ckpt.latest()
+    rt.enter_phase("save", rt.state.step)
     rt.save_on_stop()
     latest = ckpt.latest()
     raise Preempted(rt.preemption.signum, rt.state.step, latest, saved=latest != newest)
@@ -246,7 +250,7 @@ def launch(composed, plan, run_dir) -> int:
     config, run_dir = composed.config, Path(run_dir)
     ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,
                         config.run.steps)
-    preemption = make_preemption(config, plan)
+    preemption = make_preemption(config, plan, RunPhase(run_dir))
     with preemption.installed():
         try:
             resume_from = resolve_resume(config.run.resume, ckpt)

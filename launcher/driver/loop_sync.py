@@ -6,7 +6,8 @@ variance and generate again, up to max_regenerations) -> engines sleep -> onload
 evaluation of the previous step's weights, when due, runs right after the wake.
 The pieces the async loop runs too (sending, scoring, training, the row) are in step.py.
 
-A background checkpoint is completed at the first phase boundary after its writes are over
+Each phase (generate, train, sync, checkpoint) is entered in phase.json (phase.py). A
+background checkpoint is completed at the first phase boundary after its writes are over
 (after generation, training and the sync). After a preemption signal the loop stops at the
 next step boundary; the part of a step before the trainers start on it is droppable
 (driver/preemption.py): the step's data position is given back and the trainer takes the
@@ -76,17 +77,23 @@ def collect_groups(rt: Runtime, step: int) -> tuple[list, dict, list]:
     return groups, stats, seen
 
 
-def _engines_take_the_gpus(rt: Runtime, level: int) -> None:
-    """Sleep level 0 keeps both resident; otherwise the trainer steps aside for generation."""
+def _engines_take_the_gpus(rt: Runtime, level: int, phase: str, step: int) -> None:
+    """Sleep level 0 keeps both resident; otherwise the trainer steps aside for generation.
+    Step `step`'s `phase` starts once it has: from there the driver waits on the engines."""
     if level:
         rt.trainers.call("offload")
+    rt.enter_phase(phase, step)
+    if level:
         rt.engines.call("wake")
 
 
-def _trainer_takes_the_gpus(rt: Runtime, level: int) -> None:
-    """After generation the engines sleep at `level` and the trainer's state comes back."""
+def _trainer_takes_the_gpus(rt: Runtime, level: int, phase: str, step: int) -> None:
+    """After generation the engines sleep at `level` and the trainer's state comes back.
+    Step `step`'s `phase` starts once the engines sleep: from there the driver waits on the trainer."""
     if level:
         rt.engines.call("sleep", level)
+    rt.enter_phase(phase, step)
+    if level:
         rt.trainers.call("onload")
 
 
@@ -99,7 +106,7 @@ def run_sync(rt: Runtime) -> None:
         except StepDropped:
             return
     if rt.eval_due() and not rt.preemption.requested:  # the last step's weights
-        _engines_take_the_gpus(rt, level)
+        _engines_take_the_gpus(rt, level, "evaluate", rt.state.step)
         rt.start_eval()
         rt.finish_eval()
 
@@ -111,7 +118,7 @@ def _generate(rt: Runtime, step: int, level: int) -> tuple[list, dict, list, flo
     before = dataclasses.replace(rt.state)
     try:
         with rt.preemption.droppable():
-            _engines_take_the_gpus(rt, level)
+            _engines_take_the_gpus(rt, level, "generate", step)
             rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/driver/evaluate.py)
             eval_s = rt.finish_eval()  # not the step's time
             groups, gen, seen = collect_groups(rt, step)
@@ -121,7 +128,7 @@ def _generate(rt: Runtime, step: int, level: int) -> tuple[list, dict, list, flo
     except StepDropped:
         rt.state, rt.pending_eval = before, None  # the dropped step's prompts are drawn again on resume
         rt.engines.cancel_in_flight()
-        _trainer_takes_the_gpus(rt, level)
+        _trainer_takes_the_gpus(rt, level, "drop", step)
         sys.stderr.write(f"preemption: step {step} dropped before its trainers started on it\n")
         raise
 
@@ -131,8 +138,8 @@ def _run_step(rt: Runtime, step: int, level: int) -> None:
     t0 = time.monotonic()
     groups, gen, seen, eval_s = _generate(rt, step, level)
     t0 += eval_s
+    _trainer_takes_the_gpus(rt, level, "train", step)
     rt.poll_checkpoint()
-    _trainer_takes_the_gpus(rt, level)
     t1 = time.monotonic()
     # DAPO may find no group with reward variance even after regenerating (no_signal.py)
     train, train_s = timed_train(rt, groups) if groups else ({}, 0.0)
@@ -141,8 +148,11 @@ def _run_step(rt: Runtime, step: int, level: int) -> None:
     if groups:
         rt.state.policy_version += 1
     if groups or level >= 2:  # level 2 dropped the engines' weights: they need them back either way
+        rt.enter_phase("sync", step)
         sync_s = rt.sync_weights(with_base=level >= 2, wait=True)
     rt.state.step = step
+    if rt.checkpointer.due(step):
+        rt.enter_phase("checkpoint", step)
     rt.maybe_checkpoint()
     step_s = time.monotonic() - t0
     rt.log_step(step_metrics(rt, gen, train, rollout_s=t1 - t0, train_s=train_s, sync_s=sync_s, step_s=step_s,

@@ -27,6 +27,8 @@ import sys
 import threading
 import time
 
+from launcher.driver.phase import RunPhase
+
 
 class StopNow(KeyboardInterrupt):
     """Skip to the clean-up: a second preemption signal, or one before the loop runs."""
@@ -58,8 +60,10 @@ def _say(message: str) -> None:
 class Preemption:
     """One run's preemption state: which signal came, and the step deadline it set."""
 
-    def __init__(self, signals: list[int], grace_s: float, save_s: float, basis: str):
+    def __init__(self, signals: list[int], grace_s: float, save_s: float, basis: str, phase: RunPhase | None = None):
+        """phase: the run's (phase.py), named in the first signal's message; in memory only when not given."""
         self.signals, self.grace_s, self.basis = list(signals), grace_s, basis
+        self.phase = phase or RunPhase(None)
         self.step_budget_s = max(grace_s - save_s, 0.0)
         """Of the grace, what the step in flight may take (the rest: the save and Ray's stop)."""
         self.signum: int | None = None
@@ -116,7 +120,7 @@ class Preemption:
         self._timer = threading.Timer(self.step_budget_s, self._send_deadline)
         self._timer.daemon = True
         self._timer.start()
-        _say(f"{signal.Signals(signum).name} received: the step in flight finishes, or is dropped in "
+        _say(f"{signal.Signals(signum).name} received in {self.phase.describe()}: the step in flight finishes, or is dropped in "
              f"{self.step_budget_s:.0f} s while its trainers have not started on it; then the last completed "
              f"step is saved and Ray stops (grace {self.grace_s:.0f} s: {self.basis}). A second signal stops at "
              "once, saving nothing more")
@@ -144,13 +148,13 @@ class Preemption:
         return not self.requested or self.left_s() >= estimate_s
 
 
-def make_preemption(config, plan) -> Preemption:
+def make_preemption(config, plan, phase: RunPhase | None = None) -> Preemption:
     """The run's Preemption from run.preemption_signals and run.preemption_grace_s (or its default)."""
     from launcher.plan.preemption import grace_s, save_s
 
     grace, basis = grace_s(config, plan)
     return Preemption([signal.Signals[s.value] for s in config.run.preemption_signals], grace,
-                      save_s(config, plan), basis)
+                      save_s(config, plan), basis, phase)
 
 
 def resume_command(composed) -> str:

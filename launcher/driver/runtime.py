@@ -63,6 +63,10 @@ class Runtime:
         if self.no_signal is None:
             self.no_signal = NoSignalWatch(self.config.algorithm)
 
+    def enter_phase(self, name: str, step: int | None = None) -> None:
+        """The run's phase (phase.py: phase.json, and the phase a preemption signal's message names)."""
+        self.preemption.phase.enter(name, step)
+
     def sync_weights(self, with_base: bool, wait: bool) -> float:
         """Stream the trainer's weights (policy version `state.policy_version`) to every
         engine by the plan's transport (launcher/weight_sync/push.py: buckets, or vLLM's GPU

@@ -1,6 +1,7 @@
 """End-to-end run helpers: `python -m launcher` in a subprocess on the embedded Ray."""
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -36,6 +37,8 @@ class Run:
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, preexec_fn=_foreground_signals)
         self.daemons: dict[int, str] = {}
+        self._stderr_seen = ""
+        """What wait_for_stderr read of stderr so far; finish() returns it ahead of the rest."""
 
     def _note_daemons(self) -> None:
         try:
@@ -66,9 +69,50 @@ class Run:
             if len(self.metrics()) >= step:
                 return
             if self.proc.poll() is not None:
-                raise AssertionError(f"run ended before step {step}:\n{self.proc.stderr.read()[-3000:]}")
+                raise AssertionError(f"run ended before step {step}:\n{self._ended()}")
             time.sleep(0.1)
         raise AssertionError(f"no step {step} within {timeout_s} s")
+
+    def phase(self) -> dict | None:
+        """The run's phase.json (launcher/driver/phase.py), or None before it is written."""
+        try:
+            return json.loads((self.dir / "phase.json").read_text())
+        except FileNotFoundError:
+            return None
+
+    def wait_for_phase(self, step: int, name: str, timeout_s: float = 240) -> None:
+        """Until phase.json says step `step`'s `name` (polled every 10 ms)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._note_daemons()
+            found = self.phase()
+            if found is not None and (found["step"], found["phase"]) == (step, name):
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"run ended before step {step}'s {name}:\n{self._ended()}")
+            time.sleep(0.01)
+        raise AssertionError(f"not in step {step}'s {name} within {timeout_s} s (phase.json: {self.phase()})")
+
+    def actor_pids(self, role: str) -> list[int]:
+        """The pids of the run's `role` actors ("trainer" or "engine"), from actors.json."""
+        return [a["pid"] for a in json.loads((self.dir / "actors.json").read_text()) if a["role"] == role]
+
+    def wait_for_stderr(self, text: str, timeout_s: float = 60) -> str:
+        """Read the run's stderr as it comes until a line holds `text`; that line."""
+        fd, deadline = self.proc.stderr.fileno(), time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = [line for line in self._stderr_seen.splitlines() if text in line]
+            if found:
+                return found[0]
+            if select.select([fd], [], [], 0.1)[0]:
+                chunk = os.read(fd, 1 << 16)  # beside the pipe's text wrapper, whose buffer stays empty
+                if not chunk:
+                    break
+                self._stderr_seen += chunk.decode(errors="replace")
+        raise AssertionError(f"no {text!r} on stderr within {timeout_s} s:\n{self._stderr_seen[-3000:]}")
+
+    def _ended(self) -> str:
+        return (self._stderr_seen + self.proc.stderr.read())[-3000:]
 
     def finish(self, timeout_s: float = 600) -> tuple[int, str, str]:
         deadline = time.monotonic() + timeout_s
@@ -76,7 +120,7 @@ class Run:
             self._note_daemons()
             time.sleep(0.2)
         out, err = self.proc.communicate(timeout=max(deadline - time.monotonic(), 1))
-        return self.proc.returncode, out, err
+        return self.proc.returncode, out, self._stderr_seen + err
 
     def interrupt(self) -> None:
         """What Ctrl-C does to the driver."""

@@ -2,7 +2,18 @@
 run exits 128 + the signal within its grace, its newest complete checkpoint is its last
 logged step, no `.partial` is left, and the resumed sync run matches an uninterrupted one
 row for row. Dynamic sampling that finds nothing to learn ends the run (exit 3) after
-algorithm.dynamic_sampling.max_empty_steps steps (launcher/driver/no_signal.py)."""
+algorithm.dynamic_sampling.max_empty_steps steps (launcher/driver/no_signal.py).
+
+SIGTERM lands in each phase of a sync step by design, not by luck. The test watches the
+run's phase.json (launcher/driver/phase.py: a phase starts when the driver starts waiting on
+the group that does it) and holds the phase it targets: generation by a reward that keeps the
+driver scoring for 1.6 s; training and the sync by stopping (SIGSTOP), before the phase
+starts, the actors it waits on, until the driver has printed that the signal arrived; a
+checkpoint's pending write through the next step's generation. That message names the phase
+the signal arrived in, and the test checks it. The four cuts are one run after another, each
+resuming the one before, then a last run completes: six launches with the uninterrupted one,
+where a cut and a resume per phase would take nine.
+"""
 import os
 import signal
 import textwrap
@@ -17,18 +28,18 @@ REWARDS = textwrap.dedent('''
     import time
 
     def slow_copy(data_source, solution_str, ground_truth, extra_info):
-        """The copy task's partial credit, 20 ms late: a step is then mostly generation and
-        scoring, the part a signal's deadline drops."""
-        time.sleep(0.02)
+        """The copy task's partial credit, 50 ms late: a step's generation and scoring (32
+        samples) then lasts 1.6 s, longer than the step budget a signal leaves it."""
+        time.sleep(0.05)
         right = sum(a == b for a, b in zip(solution_str, ground_truth))
         return {"score": right / max(len(solution_str), len(ground_truth), 1), "acc": solution_str == ground_truth}
 
     def never(data_source, solution_str, ground_truth, extra_info):
         return {"score": 0.0, "acc": False}
 ''')
-GRACE_S = 31
+GRACE_S = 30.5
 """The tiny plan keeps 30 s of the grace for the save and Ray's stop: the step in flight has
-about 1 s, so a signal during its generation drops it."""
+0.5 s, so a signal during its generation drops it."""
 
 
 @pytest.fixture
@@ -64,21 +75,105 @@ def _assert_lost_at_most_the_step_in_flight(run, err: str) -> int:
     return last
 
 
-def test_sigterm_saves_the_last_step_and_the_resumed_run_matches_an_uninterrupted_one(launch_run, rewards_module):
-    steps = SMALL + ["run.steps=6", "checkpoint.every_steps=4", "run.seed=3", f"data.reward_fn={rewards_module}:slow_copy"]
-    whole = launch_run("whole", steps)  # alongside the cut run: each start is mostly waiting on Ray
-    cut = launch_run("cut", steps + [f"run.preemption_grace_s={GRACE_S}"])
-    err, took_s = _stopped_by(cut, signal.SIGTERM, after_step=2)
+def _sigterm(run) -> float:
+    run.proc.send_signal(signal.SIGTERM)
+    return time.monotonic()
+
+
+def _landed_in(run, step: int, phase: str) -> None:
+    """The driver's word on where the signal arrived (read as it prints it)."""
+    line = run.wait_for_stderr("SIGTERM received in")
+    assert f"SIGTERM received in step {step}'s {phase}:" in line, line
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        os.kill(pid, signum)
+
+
+def _in_generate(run, step: int) -> float:
+    """The slow reward keeps the driver scoring for 1.6 s after the phase starts."""
+    run.wait_for_phase(step, "generate")
+    sent = _sigterm(run)
+    _landed_in(run, step, "generate")
+    return sent
+
+
+def _during_a_background_write(run, step: int) -> float:
+    """Step `step` - 1's checkpoint stays a `.partial` until the first phase boundary after its
+    write, through step `step`'s generation: the hf trainer has written it at once, and the
+    driver has it pending as it has the megatron trainer's write thread."""
+    partial = run.dir / "checkpoints" / f".step_{step - 1:06d}.partial"
+    run.wait_for_phase(step, "generate")
+    sent = _sigterm(run)
+    assert partial.is_dir(), "the checkpoint was complete before the signal"
+    _landed_in(run, step, "generate")
+    return sent
+
+
+def _in_train(run, step: int) -> float:
+    """The trainer, offloaded before generate starts and called next in train, is stopped
+    (SIGSTOP) until the signal has arrived: the train phase cannot end before."""
+    run.wait_for_phase(step, "generate")
+    trainers = run.actor_pids("trainer")
+    try:
+        _signal_all(trainers, signal.SIGSTOP)
+        run.wait_for_phase(step, "train")
+        sent = _sigterm(run)
+        _landed_in(run, step, "train")
+    finally:
+        _signal_all(trainers, signal.SIGCONT)
+    return sent
+
+
+def _in_sync(run, step: int) -> float:
+    """As _in_train; then, once train starts, the engines (asleep, called next by the sync) are
+    stopped instead of the trainer until the signal has arrived."""
+    run.wait_for_phase(step, "generate")
+    trainers, engines = run.actor_pids("trainer"), run.actor_pids("engine")
+    try:
+        _signal_all(trainers, signal.SIGSTOP)
+        run.wait_for_phase(step, "train")
+        _signal_all(engines, signal.SIGSTOP)
+        _signal_all(trainers, signal.SIGCONT)
+        run.wait_for_phase(step, "sync")
+        sent = _sigterm(run)
+        _landed_in(run, step, "sync")
+    finally:
+        _signal_all(trainers + engines, signal.SIGCONT)
+    return sent
+
+
+CUTS = [  # (how, the step in flight, whether it is dropped); each run resumes the one before
+    (_during_a_background_write, 3, True),  # step 2's periodic checkpoint (every 2 steps)
+    (_in_generate, 4, True),
+    (_in_train, 4, False),
+    (_in_sync, 5, False),
+]
+
+
+def test_sigterm_in_each_phase_loses_at_most_the_step_in_flight_and_the_resumed_run_matches(launch_run,
+                                                                                            rewards_module):
+    steps = SMALL + ["run.steps=6", "checkpoint.every_steps=2", "run.seed=3", f"data.reward_fn={rewards_module}:slow_copy",
+                     f"run.preemption_grace_s={GRACE_S}"]
+    whole = launch_run("whole", steps)  # alongside the first cut run: each start is mostly waiting on Ray
+    saved = 0
+    for cut, step, dropped in CUTS:
+        run = launch_run("cut", steps)  # run.resume=auto is the default
+        sent = cut(run, step)
+        code, out, err = run.finish(timeout_s=GRACE_S + 30)
+        assert code == 143 and time.monotonic() - sent < GRACE_S, err[-3000:]
+        assert (f"step {step} dropped before its trainers started on it" in err) == dropped, err[-3000:]
+        resumed = f"resumed from {run.dir / 'checkpoints' / f'step_{saved:06d}'}"
+        assert (resumed in out) == (saved > 0), out[-2000:]
+        saved = _assert_lost_at_most_the_step_in_flight(run, err)
+        assert saved == (step - 1 if dropped else step) and f"saved step {saved} as" in err, err[-3000:]
     assert whole.finish()[0] == 0
-    assert took_s < GRACE_S, err[-3000:]
-    last = _assert_lost_at_most_the_step_in_flight(cut, err)
-    assert last < 6, "the run finished before the signal"
-    assert f"step {last + 1} dropped before its trainers started on it" in err or f"saved step {last}" in err
-    resumed = launch_run("cut", steps)  # run.resume=auto is the default
-    code, out, err = resumed.finish()
+    final = launch_run("cut", steps)
+    code, out, err = final.finish()
     assert code == 0, err[-3000:]
-    assert f"resumed from {cut.dir / 'checkpoints' / f'step_{last:06d}'}" in out
-    assert _comparable(resumed.metrics()) == _comparable(whole.metrics())
+    assert f"resumed from {final.dir / 'checkpoints' / f'step_{saved:06d}'}" in out
+    assert _comparable(final.metrics()) == _comparable(whole.metrics())
 
 
 def test_sigusr1_stops_the_async_loop_at_a_step_boundary_and_saves_it(launch_run):
