@@ -53,12 +53,21 @@ class _Generator:
 
     def pump(self, room_groups: int) -> None:
         limit = IN_FLIGHT_PER_ENGINE * len(self.rt.engines)
-        while len(self.pending) < limit and self.in_flight_groups() + self.per_chunk <= room_groups:
+        while len(self.pending) < limit and (groups := self._next_chunk_groups(room_groups)):
             # Seeded by stream position, so neither the engine nor the send order picks the seed.
             seed = chunk_seed(self.rt.config.run.seed, 0, 0, self.rt.state.data_position)
-            self.pending.update(send_prompts(self.rt, self.per_chunk, self.per_chunk, lambda c, s=seed: s,
+            self.pending.update(send_prompts(self.rt, groups, groups, lambda c, s=seed: s,
                                              first_chunk=self.chunks_sent))
             self.chunks_sent += 1
+
+    def _next_chunk_groups(self, room_groups: int) -> int:
+        """A whole chunk while the queue has room for it; with nothing in flight, whatever room
+        is left: a queue of capacity one step (max_staleness 1) holding more than a step minus a
+        chunk but less than a step would otherwise wait forever for a chunk never sent."""
+        room = room_groups - self.in_flight_groups()
+        if room >= self.per_chunk:
+            return self.per_chunk
+        return max(room, 0) if not self.pending else 0
 
     def harvest(self) -> list:
         if not self.pending:
