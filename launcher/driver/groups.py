@@ -296,7 +296,7 @@ class EngineGroup(_Group):
     def __init__(self, cls, config, plan, placement, board=None):
         """board: as TrainerGroup's. With inference.update_mode in_flight an engine runs
         GenerationRequest.in_flight chunks on a thread of their own, so a weight update reaches
-        it mid-chunk (workers/update_gate.py pauses the chunk at a token boundary)."""
+        it mid-chunk (weight_sync/update_gate.py pauses the chunk at a token boundary)."""
         super().__init__(CallDeadlines.of_run(config, plan))
         threads = {"concurrency_groups": {IN_FLIGHT_GROUP: 1}} if config.inference.update_mode is UpdateMode.in_flight else {}
         remote_cls, secrets = _remote_with_secrets(cls, **threads)

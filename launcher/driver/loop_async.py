@@ -4,7 +4,7 @@ has arrived, and weights flow to the engines after every step.
 - Generation never waits for training: each engine always has up to IN_FLIGHT_PER_ENGINE
   chunks queued. With inference.update_mode between_chunks a weight update is queued behind
   them and applies between chunks; with in_flight it applies at the next token boundary of
-  the chunk being generated (workers/update_gate.py), whose sequences continue on the new
+  the chunk being generated (weight_sync/update_gate.py), whose sequences continue on the new
   weights, each token recording the version that produced it.
 - Finished groups enter a bounded queue (QUEUE_STEPS steps' worth, at most max_staleness
   steps' worth); when it is full the engines are not given new chunks (backpressure

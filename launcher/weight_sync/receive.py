@@ -21,7 +21,7 @@ from launcher.weight_sync.base_identity import folder_base
 from launcher.weight_sync.messages import WeightBucket, WeightUpdate
 from launcher.weight_sync.transports import transport_for
 from launcher.weight_sync.transports.base import BucketTransport, Received
-from launcher.workers.update_gate import UpdateGate
+from launcher.weight_sync.update_gate import UpdateGate
 
 
 def ships_weights(update: WeightUpdate) -> bool:

@@ -1,5 +1,5 @@
 """`inference.update_mode: in_flight` (weight updates at a token boundary of the chunk being
-generated, workers/update_gate.py): what can take an update mid-chunk, refused before Ray."""
+generated, weight_sync/update_gate.py): what can take an update mid-chunk, refused before Ray."""
 from launcher.config.schema.choices import InferenceBackendName, PlacementMode, UpdateMode
 from launcher.validate.registry import error, rule
 

@@ -89,7 +89,7 @@ class HfEngine(EngineBase, ServedWeights):
 
     def _token_boundary(self, in_flight: bool):
         """sampling.py's boundary: before each forward, the policy version of the weights it
-        runs on; an in-flight request first lets a waiting weight update in (update_gate.py)."""
+        runs on; an in-flight request first lets a waiting weight update in (weight_sync/update_gate.py)."""
 
         def boundary() -> int:
             if in_flight:

@@ -5,7 +5,7 @@ Prompts of equal length are decoded together so no sequence ever needs left padd
 chunk of work samples the same tokens wherever and whenever it runs.
 
 Before every forward (the prefill and each decode step) the caller's `boundary` runs: a
-weight update may apply there (inference.update_mode: in_flight, update_gate.py), and it
+weight update may apply there (inference.update_mode: in_flight, weight_sync/update_gate.py), and it
 returns the policy version of the weights the forward runs on. Each token records the
 version of the forward whose logits it was sampled from; the cache of the tokens before an
 update stays as the earlier weights computed it, so a token's log-prob is that of the new

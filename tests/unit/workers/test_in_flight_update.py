@@ -9,7 +9,7 @@ import pytest
 
 from launcher.contract.messages import SamplingParams
 from launcher.workers.hf.sampling import sample
-from launcher.workers.update_gate import UpdateGate
+from launcher.weight_sync.update_gate import UpdateGate
 from tests.behaviour_logprobs import full_sequence_logprobs, replayed_logprobs
 
 PROMPTS = [[9, 10]] * 2 + [[5, 6, 7, 8]] * 3
