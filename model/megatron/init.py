@@ -93,4 +93,3 @@ def init_adapters(model: torch.nn.Module, seed: int) -> None:
             gen = torch.Generator(device=a.device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
             a.copy_(shard_of(torch.randn(shape, generator=gen, device=a.device) * shape[-1] ** -0.5, a))
             b.zero_()
-

@@ -1,8 +1,8 @@
 """Every pair of choices runs or is refused by a rule (issue 41): trainer backend x placement
-x LoRA x sync x algorithm on the tiny GLM, covering every pair of values (not every
+x LoRA x sync x algorithm x trainer mesh x routing / indexer replay on the tiny GLM, covering every pair of values (not every
 combination) with a greedy all-pairs set. Backends, placements and algorithms are the
 schema's own choices (a new member joins the matrix); LoRA and sync are the
-trainer.lora settings that select them.
+trainer.lora settings that select them, mesh and replay the trainer.mesh and algorithm keys.
 
 Each point validate accepts runs one step through `python -m launcher` (Ray, the real
 loop, weight sync and all) and must finish with exit 0; each point it refuses must be
@@ -23,11 +23,12 @@ pytestmark = pytest.mark.slow
 BASE = ["recipe=tiny_grpo", "run.steps=1", "checkpoint.every_steps=100", *SMALL]
 PLACEMENT = {
     PlacementMode.colocated: [],
-    PlacementMode["async"]: ["cluster.nodes=2", "cluster.gpus_per_node=1", "placement.mode=async",
+    PlacementMode["async"]: ["cluster.nodes=2", "cluster.gpus_per_node=2", "placement.mode=async",
                              "placement.trainer_nodes=1", "placement.inference_nodes=1", "inference.engines=1",
                              "algorithm.max_staleness=2"],
 }
-"""What each placement needs on the local cluster (tiny_grpo is colocated on two GPUs)."""
+"""What each placement needs on the local cluster: two trainer GPUs either way (so the tp2 mesh
+fits), one engine apart in async (tiny_grpo is colocated on two GPUs)."""
 ATTENTION = "linear_proj,q_proj,k_proj,v_proj,o_proj"
 LORA = {
     "none": [],
@@ -36,12 +37,18 @@ LORA = {
 }
 """No LoRA (full fine-tuning and full sync), attention only, and with the MLPs' fused routed experts."""
 SYNC = {"merged": ["trainer.lora.merge=true"], "adapter": ["trainer.lora.merge=false"]}
+MESH = {"dp": [], "tp2": ["trainer.mesh.tp=2", "trainer.mesh.sequence_parallel=true"]}
+"""Two data-parallel ranks, or one TP pair with sequence parallelism (the hf trainer refuses it)."""
+REPLAY = {"none": [], "routes": ["algorithm.routing_replay=true"],
+          "routes_pools": ["algorithm.routing_replay=true", "algorithm.indexer_replay=true"]}
 FACTORS = {
     "backend": {b.value: [f"trainer.backend={b.value}"] for b in TrainerBackendName},
     "placement": {p.value: PLACEMENT[p] for p in PlacementMode},
     "lora": LORA,
     "sync": SYNC,
     "algorithm": {a.value: [f"algorithm.name={a.value}"] for a in AlgorithmName},
+    "mesh": MESH,
+    "replay": REPLAY,
 }
 
 
@@ -75,7 +82,7 @@ def test_the_matrix_covers_every_pair_in_few_points():
     for a, b in itertools.combinations(FACTORS, 2):
         seen = {(p[a], p[b]) for p in POINTS}
         assert seen == set(itertools.product(FACTORS[a], FACTORS[b])), (a, b)
-    assert len(POINTS) <= 8, POINTS
+    assert len(POINTS) <= 11, POINTS  # at least 3 x 3 (LoRA x replay)
 
 
 @pytest.mark.parametrize("point", POINTS, ids=["-".join(p.values()) for p in POINTS])
