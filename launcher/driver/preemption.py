@@ -52,6 +52,11 @@ class StepDropped(BaseException):
     started on it). A BaseException, so no `except Exception` in between swallows it."""
 
 
+def _seconds(value_s: float) -> str:
+    """Whole seconds, tenths below 10 s (a 0.5 s step budget is not `0 s`)."""
+    return f"{value_s:.0f}" if value_s >= 10 else f"{value_s:.1f}"
+
+
 def _say(message: str) -> None:
     sys.stderr.write(f"preemption: {message}\n")
     sys.stderr.flush()
@@ -121,8 +126,8 @@ class Preemption:
         self._timer.daemon = True
         self._timer.start()
         _say(f"{signal.Signals(signum).name} received in {self.phase.describe()}: the step in flight finishes, or is dropped in "
-             f"{self.step_budget_s:.0f} s while its trainers have not started on it; then the last completed "
-             f"step is saved and Ray stops (grace {self.grace_s:.0f} s: {self.basis}). A second signal stops at "
+             f"{_seconds(self.step_budget_s)} s while its trainers have not started on it; then the last completed "
+             f"step is saved and Ray stops (grace {_seconds(self.grace_s)} s: {self.basis}). A second signal stops at "
              "once, saving nothing more")
 
     def _send_deadline(self) -> None:
@@ -165,7 +170,7 @@ def resume_command(composed) -> str:
 
 def stopped_report(stop: Preempted, composed, preemption: Preemption) -> str:
     """What a preempted run saved, how long the stop took, and the command that resumes it."""
-    took = f"{time.monotonic() - preemption.received:.0f} s after it (grace {preemption.grace_s:.0f} s)"
+    took = f"{_seconds(time.monotonic() - preemption.received)} s after it (grace {_seconds(preemption.grace_s)} s)"
     if stop.checkpoint is None:
         saved = "no checkpoint (no step completed)"
     elif stop.saved:
