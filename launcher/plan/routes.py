@@ -25,6 +25,9 @@ from launcher.plan._origin import Origins
 from launcher.plan.arch import DSA, ArchFacts
 from launcher.plan.batch import BatchPlan
 
+REPLAYED_ROUTER_MODEL_TYPES = ("glm5_next", "qwen3_moe")
+"""Model types whose router the hf trainer replays (workers/hf/routing.py ROUTER_WEIGHTS: glm5_next's
+sigmoid top-k, qwen3_moe's softmax top-k); ROUTE001 refuses the rest."""
 ROUTE_ID_BYTES = 2
 """uint16 expert ids."""
 POOL_ID_BYTES = 2

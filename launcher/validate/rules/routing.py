@@ -1,6 +1,7 @@
 """MoE routing replay and agreement (algorithm.routing_replay, algorithm.routing_agreement):
 the model has routers to replay, and the engine and trainer backends support it."""
 from launcher.config.schema.choices import GpuArch, InferenceBackendName
+from launcher.plan.routes import REPLAYED_ROUTER_MODEL_TYPES
 from launcher.validate.registry import error, rule, warning
 from launcher.validate.rules.indexer_replay import indexer_on
 
@@ -18,7 +19,8 @@ def _routes_on(cfg) -> str | None:
 
 @rule("ROUTE001")
 def routes_need_a_router(cfg, plan):
-    """Routing replay / agreement need a glm5_next MoE model (its sigmoid top-k router)."""
+    """Routing replay / agreement need a MoE model whose router the hf trainer replays
+    (plan/routes.py REPLAYED_ROUTER_MODEL_TYPES)."""
     key = _routes_on(cfg)
     if key is None:
         return
@@ -26,12 +28,12 @@ def routes_need_a_router(cfg, plan):
         yield error(key, f"{key}=true on model {cfg.model.name}, which has no routed experts",
                     "Replay and agreement are about which experts a router picks: a dense model has no router.",
                     f"Set {key}=false, or pick a MoE model (model=tiny, model=glm5_3_flash).")
-    elif not plan.arch.is_glm5_next:
+    elif cfg.model.arch.model_type not in REPLAYED_ROUTER_MODEL_TYPES:
+        known = ", ".join(REPLAYED_ROUTER_MODEL_TYPES)
         yield error(key, f"{key}=true on model_type {cfg.model.arch.model_type}",
-                    "The hf trainer replays through glm5_next's router (sigmoid scores, correction bias, "
-                    "normalised top-k weights: launcher/workers/hf/routing.py); other routers compute their "
-                    "weights differently and are not wired.",
-                    f"Set {key}=false, or use a glm5_next model.")
+                    f"The hf trainer replays the routers of {known} only (each weighs the given experts by its own "
+                    "formula: launcher/workers/hf/routing.py ROUTER_WEIGHTS); this model's router is not wired.",
+                    f"Set {key}=false, or use a model of type {known}.")
 
 
 @rule("ROUTE002")

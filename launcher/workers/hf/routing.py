@@ -2,12 +2,14 @@
 ids its router chose; the trainer replays them (rollout routing replay, R3) and measures how
 often its own router agrees.
 
-The router module is transformers' glm5_next `Glm5NextTextTopkRouter` (`mlp.gate` of every
-`sparse` layer): forward(hidden [N, H]) -> (router_logits [N, E], weights [N, k], ids [N, k]),
-sigmoid scores, a correction bias that only picks, weights = the picked scores (normalised
-when norm_topk_prob) x routed_scaling_factor. Replay keeps the trainer's own logits and
-takes the given ids: weights = its own sigmoid scores at those ids, normalised and scaled
-the same way, so the gradient reaches the router as in R3.
+The router module is transformers' top-k router (`mlp.gate` of every MoE layer):
+forward(hidden [N, H]) -> (router_logits [N, E], weights [N, k], ids [N, k]). Replay keeps the
+trainer's own logits and takes the given ids, weighing them by the router's own formula
+(ROUTER_WEIGHTS), so the gradient reaches the router as in R3:
+- glm5_next `Glm5NextTextTopkRouter`: sigmoid scores, a correction bias that only picks,
+  weights = the picked scores (normalised when norm_topk_prob) x routed_scaling_factor;
+- qwen3_moe `Qwen3MoeTopKRouter`: softmax over all experts, weights = the picked
+  probabilities (normalised when norm_topk_prob), in the logits' dtype.
 
 A route array is one sequence's `uint16 [seq_len - 1, moe_layers, top_k]`: positions
 0..seq_len-2 (the last token is never fed to the model while sampling, and its output
@@ -23,18 +25,35 @@ ROUTE_DTYPE = np.uint16
 """Expert ids fit: GLM-5.3-Flash has 288 experts (uint16 holds 65,536)."""
 
 
-def moe_gates(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The router module of every MoE layer, in layer order (empty for a dense model)."""
-    return [m.gate for m in model.modules() if hasattr(m, "gate") and hasattr(m, "experts")
-            and type(m.gate).__name__.endswith("TopkRouter")]
-
-
-def replayed(gate: torch.nn.Module, router_logits_NE: torch.Tensor, ids_NK: torch.Tensor) -> torch.Tensor:
-    """The gate weights of experts `ids_NK` from the trainer's own logits (glm5_next's formula)."""
+def _glm5_next_weights(gate: torch.nn.Module, router_logits_NE: torch.Tensor, ids_NK: torch.Tensor) -> torch.Tensor:
     weights_NK = router_logits_NE.sigmoid().gather(1, ids_NK)
     if gate.norm_topk_prob:
         weights_NK = weights_NK / (weights_NK.sum(dim=-1, keepdim=True) + 1e-20)
     return weights_NK * gate.routed_scaling_factor
+
+
+def _qwen3_moe_weights(gate: torch.nn.Module, router_logits_NE: torch.Tensor, ids_NK: torch.Tensor) -> torch.Tensor:
+    weights_NK = router_logits_NE.softmax(dim=-1, dtype=torch.float).gather(1, ids_NK)
+    if gate.norm_topk_prob:
+        weights_NK = weights_NK / weights_NK.sum(dim=-1, keepdim=True)
+    return weights_NK.to(router_logits_NE.dtype)
+
+
+ROUTER_WEIGHTS = {"Glm5NextTextTopkRouter": _glm5_next_weights, "Qwen3MoeTopKRouter": _qwen3_moe_weights}
+"""Per router class, its weights of given experts: the model types of plan/routes.py
+REPLAYED_ROUTER_MODEL_TYPES, which ROUTE001 checks before Ray."""
+
+
+def moe_gates(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The router module of every MoE layer whose weights replay knows, in layer order (empty
+    for a dense model)."""
+    return [m.gate for m in model.modules() if hasattr(m, "gate") and hasattr(m, "experts")
+            and type(m.gate).__name__ in ROUTER_WEIGHTS]
+
+
+def replayed(gate: torch.nn.Module, router_logits_NE: torch.Tensor, ids_NK: torch.Tensor) -> torch.Tensor:
+    """The gate weights of experts `ids_NK` from the trainer's own logits, by the router's formula."""
+    return ROUTER_WEIGHTS[type(gate).__name__](gate, router_logits_NE, ids_NK)
 
 
 class RouteRecorder:

@@ -214,6 +214,8 @@ CASES = [
       "lower=None, upper=None"),
     C("ROUTE001", "tiny_qwen3_vllm", ["inference.backend=hf", "algorithm.routing_replay=true"], E,
       "algorithm.routing_replay", "no routed experts"),
+    C("ROUTE001", "tiny_grpo", ["model=tiny_qwen3_moe", "model.arch.model_type=mixtral", "algorithm.routing_agreement=true"],
+      E, "algorithm.routing_agreement", "model_type mixtral"),
     C("ROUTE002", "tiny_grpo", ["inference.backend=vllm", "algorithm.routing_replay=true"], E, "inference.backend",
       "routing_replay=true with inference.backend=vllm on cluster.gpu.arch=cpu"),
     C("ROUTE004", "tiny_grpo", ["trainer.backend=megatron", "trainer.mesh.ep=2", "algorithm.routing_agreement=true",

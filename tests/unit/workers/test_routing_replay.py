@@ -20,7 +20,9 @@ from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import CharTokenizer
 from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
-from launcher.workers.hf.routing import ROUTE_DTYPE, routes_grid, to_routes
+from launcher.plan.routes import REPLAYED_ROUTER_MODEL_TYPES
+from launcher.workers.hf.model import build_model
+from launcher.workers.hf.routing import ROUTE_DTYPE, moe_gates, replayed, routes_grid, to_routes
 from tests.shared_compose import compose_shipped
 
 SAMPLES = 4
@@ -42,6 +44,20 @@ def test_route_arrays_are_uint16_and_must_fit_their_sequence():
         routes_grid([arrays[0].astype(np.int64)], [0], sequences, 6, MOE_LAYERS, TOP_K)
 
 
+@pytest.mark.parametrize("model", ["tiny", "tiny_qwen3_moe"])
+def test_replayed_weights_of_the_routers_own_picks_are_its_own_weights(model):
+    """Each replayable router's formula (ROUTER_WEIGHTS) against its own forward, and every
+    model type ROUTE001 lets through has gates replay finds."""
+    cfg = compose_shipped([f"model={model}"]).config
+    assert cfg.model.arch.model_type in REPLAYED_ROUTER_MODEL_TYPES
+    gates = moe_gates(build_model(cfg.model, pad_id=0, seed=0))
+    assert len(gates) == sum(t == "sparse" for t in cfg.model.arch.mlp_layer_types)
+    hidden_ND = torch.randn(16, cfg.model.arch.hidden_size, generator=torch.Generator().manual_seed(0))
+    for gate in gates:
+        logits_NE, weights_NK, ids_NK = gate(hidden_ND)
+        assert torch.allclose(replayed(gate, logits_NE, ids_NK), weights_NK, rtol=1e-6, atol=1e-7)
+
+
 class _InProcessTrainers:
     """The trainer group's two calls train_on_groups makes, on one in-process rank."""
 
@@ -57,17 +73,22 @@ class _InProcessTrainers:
         return self.trainer.logprobs(shards[0])
 
 
-def _setup(replay: bool, bias_noise: float, *overrides):
+def _setup(replay: bool, bias_noise: float, *overrides, moe_layers: int = MOE_LAYERS):
+    """An hf trainer and engine on one config; the engine's routers perturbed by `bias_noise`:
+    glm5_next's correction bias (it picks experts but does not weigh them), Qwen3-MoE's
+    router weight (it has no bias: its picks and weights both move)."""
     cfg = compose_shipped(["recipe=tiny_dapo_async", f"algorithm.samples_per_prompt={SAMPLES}", "algorithm.max_response_len=6",
                            "algorithm.dynamic_sampling.max_regenerations=1", f"algorithm.routing_replay={replay}",
                            "algorithm.routing_agreement=true", *overrides]).config
     trainer, engine = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1)), engine_class("hf")(ActorSpec.planned(cfg, 0))
     sync_in_process(trainer, [engine], 0, with_base=True)
     noise = torch.Generator().manual_seed(0)
-    gates = [m.gate for m in engine.model.modules() if hasattr(m, "gate") and hasattr(m, "experts")]
-    assert len(gates) == MOE_LAYERS
-    for gate in gates:
-        gate.e_score_correction_bias.add_(torch.randn(gate.e_score_correction_bias.shape, generator=noise) * bias_noise)
+    gates = moe_gates(engine.model)
+    assert len(gates) == moe_layers
+    with torch.no_grad():
+        for gate in gates:
+            picker = getattr(gate, "e_score_correction_bias", gate.weight)
+            picker.add_(torch.randn(picker.shape, generator=noise) * bias_noise)
     return cfg, trainer, engine
 
 
@@ -107,6 +128,19 @@ def test_replay_makes_the_trainer_route_as_the_engine_did():
     assert metrics["routing_agreement_own"] < 1.0  # the trainer's own router would have differed
     # the engine's computation exactly: its bias picks the experts, the weights use no bias
     assert metrics["logprob_abs_diff_max"] < 1e-4
+
+
+@pytest.mark.slow
+def test_qwen3_moe_replays_the_engines_softmax_routes():
+    """The softmax router of the Qwen3-MoE the H200 runs use (model=qwen3_moe_4layer at a CPU
+    width): with replay every token takes the engine's experts though the trainer's own
+    router would have picked others for some."""
+    cfg, trainer, engine = _setup(True, 2e-2, "model=tiny_qwen3_moe", moe_layers=2)
+    kept, _, algorithm = _kept_groups(cfg, engine)
+    assert all(r.shape[1:] == (2, 2) for group in kept for r in group.routes)
+    metrics = train_on_groups(_InProcessTrainers(trainer), kept, cfg.algorithm, algorithm)
+    assert metrics["routing_agreement"] == 1.0
+    assert metrics["routing_agreement_own"] < 1.0
 
 
 @pytest.mark.slow
