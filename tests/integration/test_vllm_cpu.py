@@ -116,6 +116,24 @@ def test_merged_sync_every_step_and_reward_rises(tmp_path, probes, start, reques
     assert last > first + 0.25, f"reward did not rise: first steps {rewards[:5]}, last steps {rewards[-5:]}"
 
 
+ASYNC = ["cluster.nodes=2", "placement.mode=async", "placement.trainer_nodes=1", "placement.inference_nodes=1",
+         "algorithm.max_staleness=1"]
+"""The engine on its own logical GPU (node 1), generating while the trainer trains."""
+
+
+def test_async_placement_trains_while_the_engine_generates(tmp_path):
+    """The fully async loop with a vLLM engine: weights reach it between chunks (no sleep:
+    it never shares a GPU) and every step trains on groups at most max_staleness versions
+    old. Step 1's groups come from version 0, the trainer's own weights: the engine's
+    log-probs match the trainer's there; later ones are a version behind (the correction's job)."""
+    rows = _launch(tmp_path, "run.steps=4", *ASYNC)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["policy_version"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["trained_sequences"] > 0 and r["staleness_max"] <= 1 for r in rows)
+    assert rows[0]["staleness_max"] == 0 and rows[0]["logprob_abs_diff_max"] < LOGP_TOL
+    assert any(r["staleness_mean"] > 0 for r in rows[1:]), "the engine never ran behind the trainer"
+
+
 def test_adapter_sync_serves_the_trainers_lora(tmp_path, probes):
     steps = 3
     _launch(tmp_path, f"run.steps={steps}", "trainer.lora.rank=8", "trainer.lora.merge=false",
