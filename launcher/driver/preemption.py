@@ -125,10 +125,10 @@ class Preemption:
         self._timer = threading.Timer(self.step_budget_s, self._send_deadline)
         self._timer.daemon = True
         self._timer.start()
-        _say(f"{signal.Signals(signum).name} received in {self.phase.describe()}: the step in flight finishes, or is dropped in "
-             f"{_seconds(self.step_budget_s)} s while its trainers have not started on it; then the last completed "
-             f"step is saved and Ray stops (grace {_seconds(self.grace_s)} s: {self.basis}). A second signal stops at "
-             "once, saving nothing more")
+        _say(f"{signal.Signals(signum).name} received in {self.phase.describe()}: the step in flight finishes, or is "
+             f"dropped in {_seconds(self.step_budget_s)} s while its trainers have not started on it; then the last "
+             f"completed step is saved and Ray stops (grace {_seconds(self.grace_s)} s: {self.basis}). A second signal "
+             "stops at once, saving nothing more")
 
     def _send_deadline(self) -> None:
         """On the timer's thread: the step deadline, as the received signal sent to the main thread."""

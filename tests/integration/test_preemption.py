@@ -6,18 +6,20 @@ algorithm.dynamic_sampling.max_empty_steps steps (launcher/driver/no_signal.py).
 
 SIGTERM lands in each phase of a sync step by design, not by luck. The test watches the
 run's phase.json (launcher/driver/phase.py: a phase starts when the driver starts waiting on
-the group that does it) and holds the phase it targets: generation by a reward that keeps the
-driver scoring for 1.6 s; training and the sync by stopping (SIGSTOP), before the phase
-starts, the actors it waits on, until the driver has printed that the signal arrived; a
-checkpoint's pending write through the next step's generation. That message names the phase
-the signal arrived in, and the test checks it. The four cuts are one run after another, each
-resuming the one before, then a last run completes: six launches with the uninterrupted one,
-where a cut and a resume per phase would take nine.
+the group that does it) and holds the phase it targets by stopping (SIGSTOP) the actors it
+waits on until the driver has printed that the signal arrived: the engines in generation, the
+trainer (stopped while generation runs) in training, the engines (stopped while training
+runs) in the sync; a checkpoint's pending write lasts through the next step's generation.
+That message names the phase the signal arrived in, and the test checks it. A reward that
+keeps the driver scoring for 1.6 s makes a signal in generation drop the step. The four cuts
+are one run after another, each resuming the one before, then a last run completes: six
+launches with the uninterrupted one, where a cut and a resume per phase would take nine.
 """
 import os
 import signal
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from launch_helpers import SMALL
@@ -75,73 +77,64 @@ def _assert_lost_at_most_the_step_in_flight(run, err: str) -> int:
     return last
 
 
-def _sigterm(run) -> float:
-    run.proc.send_signal(signal.SIGTERM)
-    return time.monotonic()
-
-
-def _landed_in(run, step: int, phase: str) -> None:
-    """The driver's word on where the signal arrived (read as it prints it)."""
-    line = run.wait_for_stderr("SIGTERM received in")
-    assert f"SIGTERM received in step {step}'s {phase}:" in line, line
-
-
 def _signal_all(pids: list[int], signum: int) -> None:
     for pid in pids:
         os.kill(pid, signum)
 
 
-def _in_generate(run, step: int) -> float:
-    """The slow reward keeps the driver scoring for 1.6 s after the phase starts."""
-    run.wait_for_phase(step, "generate")
-    sent = _sigterm(run)
-    _landed_in(run, step, "generate")
+def _sigterm_while_stopped(run, step: int, phase: str, stopped: list[int], pending: Path | None = None) -> float:
+    """Once phase.json says step `step`'s `phase`: SIGTERM, while the actors the phase waits on
+    (`stopped`, stopped with SIGSTOP before) hold it until the driver has said where the signal
+    arrived, which must be there. `pending`: a `.partial` that must still be there as it is sent.
+    Returns when it was sent."""
+    try:
+        run.wait_for_phase(step, phase)
+        run.proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        assert pending is None or pending.is_dir(), f"{pending} was complete before the signal"
+        line = run.wait_for_stderr("SIGTERM received in")
+        assert f"SIGTERM received in step {step}'s {phase}:" in line, line
+    finally:
+        _signal_all(stopped, signal.SIGCONT)
     return sent
+
+
+def _in_generate(run, step: int, pending: Path | None = None) -> float:
+    """The engines, stopped once generate starts, hold it; after the signal the slow reward keeps
+    the driver scoring past the step budget, so the step is dropped."""
+    run.wait_for_phase(step, "generate")
+    engines = run.actor_pids("engine")
+    _signal_all(engines, signal.SIGSTOP)
+    return _sigterm_while_stopped(run, step, "generate", engines, pending)
 
 
 def _during_a_background_write(run, step: int) -> float:
     """Step `step` - 1's checkpoint stays a `.partial` until the first phase boundary after its
     write, through step `step`'s generation: the hf trainer has written it at once, and the
     driver has it pending as it has the megatron trainer's write thread."""
-    partial = run.dir / "checkpoints" / f".step_{step - 1:06d}.partial"
-    run.wait_for_phase(step, "generate")
-    sent = _sigterm(run)
-    assert partial.is_dir(), "the checkpoint was complete before the signal"
-    _landed_in(run, step, "generate")
-    return sent
+    return _in_generate(run, step, pending=run.dir / "checkpoints" / f".step_{step - 1:06d}.partial")
 
 
 def _in_train(run, step: int) -> float:
-    """The trainer, offloaded before generate starts and called next in train, is stopped
-    (SIGSTOP) until the signal has arrived: the train phase cannot end before."""
+    """The trainer, offloaded before generate starts and called next in train, is stopped then."""
     run.wait_for_phase(step, "generate")
     trainers = run.actor_pids("trainer")
-    try:
-        _signal_all(trainers, signal.SIGSTOP)
-        run.wait_for_phase(step, "train")
-        sent = _sigterm(run)
-        _landed_in(run, step, "train")
-    finally:
-        _signal_all(trainers, signal.SIGCONT)
-    return sent
+    _signal_all(trainers, signal.SIGSTOP)
+    return _sigterm_while_stopped(run, step, "train", trainers)
 
 
 def _in_sync(run, step: int) -> float:
-    """As _in_train; then, once train starts, the engines (asleep, called next by the sync) are
-    stopped instead of the trainer until the signal has arrived."""
+    """As _in_train; then the engines, asleep once train starts and called next by the sync, are
+    stopped instead of the trainer."""
     run.wait_for_phase(step, "generate")
     trainers, engines = run.actor_pids("trainer"), run.actor_pids("engine")
+    _signal_all(trainers, signal.SIGSTOP)
     try:
-        _signal_all(trainers, signal.SIGSTOP)
         run.wait_for_phase(step, "train")
         _signal_all(engines, signal.SIGSTOP)
-        _signal_all(trainers, signal.SIGCONT)
-        run.wait_for_phase(step, "sync")
-        sent = _sigterm(run)
-        _landed_in(run, step, "sync")
     finally:
-        _signal_all(trainers + engines, signal.SIGCONT)
-    return sent
+        _signal_all(trainers, signal.SIGCONT)
+    return _sigterm_while_stopped(run, step, "sync", engines)
 
 
 CUTS = [  # (how, the step in flight, whether it is dropped); each run resumes the one before
