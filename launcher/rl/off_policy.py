@@ -2,7 +2,9 @@
 policy the engine sampled with (`algorithm.off_policy`), and the mismatch statistics.
 
 The ratio of a token is w_t = exp(old_t - rollout_t) (old: the trainer's log-prob before
-this step's update; rollout: the engine's). The sequence ratio is their geometric mean over
+this step's update; rollout: the engine's, of the policy version that produced that token:
+with in-flight updates a sequence's tokens may come from several versions, and each is
+weighted by its own behaviour log-prob, inference.update_mode). The sequence ratio is their geometric mean over
 the response, w_seq = exp(mean_t(old_t - rollout_t)). Each level is bounded by its mode
 (OffPolicyMode): `truncate` clamps to [lower, upper] (TIS), `mask` keeps w inside the bounds
 and zeroes it outside (IcePop), `reject` gives 1 inside and 0 outside (the geometric
