@@ -14,6 +14,8 @@ it holds weights now), kept by whichever object loads the weights: the hf engine
 or the vLLM engine its actor drives (whose GPU transfers bypass the bucket stream).
 """
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -78,7 +80,8 @@ class WeightReceiver(ABC):
             self.gate.hold()
         self._update, self._adapter_tensors = update, {}
         if ships_weights(update):
-            self._begin_weights()
+            with self._stops_generation_on_failure():
+                self._begin_weights()
 
     def load_weight_bucket(self, bucket: WeightBucket) -> int:
         """Load (or, for adapter buckets, keep) one bucket and release it; returns its tensor count."""
@@ -87,12 +90,13 @@ class WeightReceiver(ABC):
         if bucket.kind != "adapter" and not ships_weights(self._update):
             raise RuntimeError(f"{self.who} got a weights bucket in adapter-only update {self._update.version} "
                                "(with_base=False): the base would load unchecked")
-        received, mapped = self._open(bucket)
-        if bucket.kind == "adapter":
-            # A mapped tensor is a view of the trainer's buffer, freed once this call returns.
-            self._adapter_tensors.update((n, t.clone() if mapped else t) for n, t in received)
-        else:
-            self._load_weights(received, mapped)
+        with self._stops_generation_on_failure():
+            received, mapped = self._open(bucket)
+            if bucket.kind == "adapter":
+                # A mapped tensor is a view of the trainer's buffer, freed once this call returns.
+                self._adapter_tensors.update((n, t.clone() if mapped else t) for n, t in received)
+            else:
+                self._load_weights(received, mapped)
         return len(received)
 
     def finish_weight_update(self, version: int) -> None:
@@ -100,12 +104,24 @@ class WeightReceiver(ABC):
         update, adapter_tensors = self._update, self._adapter_tensors
         if update is None:
             raise RuntimeError(f"{self.who}: finish_weight_update without begin")
-        if ships_weights(update):
-            self._finish_weights(version)
-        if update.adapter is not None:
-            self._apply_adapter(update.adapter, adapter_tensors, version)
+        with self._stops_generation_on_failure():
+            if ships_weights(update):
+                self._finish_weights(version)
+            if update.adapter is not None:
+                self._apply_adapter(update.adapter, adapter_tensors, version)
         self._update, self._adapter_tensors = None, {}
         self.gate.release()
+
+    @contextmanager
+    def _stops_generation_on_failure(self) -> Iterator[None]:
+        """A failed step leaves the update half-applied and the gate held: a generation paused
+        for it (in flight) would wait forever, so it is told to fail instead (update_gate.py)."""
+        try:
+            yield
+        except Exception as err:
+            self.gate.fail(f"{self.who}: weight update {self._update.version} failed ({type(err).__name__}: "
+                           f"{err}), so the chunk it paused cannot go on on half-loaded weights")
+            raise
 
     # ---- hooks: the backend's own steps -----------------------------------------------------
 

@@ -23,6 +23,8 @@ class UpdateGate:
         self._held = False
         self._waiting = 0
         """Holders waiting for the next boundary: generation stops there for them."""
+        self._failed: str | None = None
+        """Why the holder failed (a weight update half-applied): waiting generation raises it."""
 
     def hold(self) -> None:
         """Take the model: wait until the in-flight generation (if any) reaches a token boundary."""
@@ -34,7 +36,14 @@ class UpdateGate:
 
     def release(self) -> None:
         with self._cond:
-            self._held = False
+            self._held, self._failed = False, None
+            self._cond.notify_all()
+
+    def fail(self, why: str) -> None:
+        """The holder failed and keeps the model: generation waiting for it raises `why`
+        (until a later holder's release) rather than waiting forever."""
+        with self._cond:
+            self._failed = why
             self._cond.notify_all()
 
     @contextmanager
@@ -46,7 +55,9 @@ class UpdateGate:
             self.release()
 
     def _enter_decoding(self) -> None:
-        self._cond.wait_for(lambda: not self._held and not self._waiting)
+        self._cond.wait_for(lambda: self._failed or (not self._held and not self._waiting))
+        if self._failed:
+            raise RuntimeError(self._failed)
         self._decoding = True
 
     @contextmanager

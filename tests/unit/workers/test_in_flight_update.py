@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from launcher.contract.messages import SamplingParams
-from launcher.workers.hf.sampling import sample
 from launcher.weight_sync.update_gate import UpdateGate
+from launcher.workers.hf.sampling import sample
 from tests.behaviour_logprobs import full_sequence_logprobs, replayed_logprobs
 
 PROMPTS = [[9, 10]] * 2 + [[5, 6, 7, 8]] * 3
@@ -92,3 +92,21 @@ def test_generation_does_not_start_while_an_update_holds_the_model():
     gate.release()
     thread.join(5)
     assert events == ["generating"]
+
+
+def test_a_failed_update_stops_the_generation_it_paused_with_its_reason():
+    gate, errors = UpdateGate(), []
+    gate.hold()
+
+    def generation() -> None:
+        try:
+            with gate.in_flight():
+                pass
+        except RuntimeError as err:
+            errors.append(str(err))
+
+    thread = threading.Thread(target=generation)
+    thread.start()
+    gate.fail("weight update 3 failed (ValueError: bad bucket)")
+    thread.join(5)
+    assert not thread.is_alive() and errors == ["weight update 3 failed (ValueError: bad bucket)"]
