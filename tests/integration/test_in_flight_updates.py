@@ -1,7 +1,9 @@
 """In-flight weight updates through `python -m launcher` (inference.update_mode: in_flight):
-tiny_dapo_async with responses long enough that the trainer finishes steps while the engine
-is mid-chunk. Each update then lands at a token boundary and the same sequences continue on
-the new weights; logging.samples writes every trained sequence with its per-token versions
+tiny_dapo_async with the engine slower than the trainer (100-token responses, one group a
+chunk), so the trainer finishes steps while the engine is mid-chunk, and dynamic sampling off,
+so every group generated is trained on (a dropped group's spans would not reach samples.jsonl).
+Each update then lands at a token boundary and the same sequences continue on the new
+weights; logging.samples writes every trained sequence with its per-token versions
 and behaviour log-probs, and the trainer's checkpoint of every step holds each version's
 weights. A sequence spanning two versions is checked token by token: the tokens before the
 update against the old version's full forward, every token against the replayed decode (each
@@ -23,16 +25,19 @@ pytestmark = pytest.mark.slow
 
 OVERRIDES = ["recipe=tiny_dapo_async", "inference.update_mode=in_flight", "logging.samples=true",
              "algorithm.prompts_per_step=4", "algorithm.mini_batch_prompts=4", "algorithm.samples_per_prompt=8",
-             "algorithm.max_response_len=40", "run.steps=5", "checkpoint.every_steps=1", "checkpoint.keep=10",
-             "model.arch.mlp_layer_types=[dense,dense,dense,dense]", "model.arch.index_topk=64"]
+             "algorithm.max_response_len=100", "inference.max_model_len=128", "inference.concurrency_per_engine=8",
+             "algorithm.dynamic_sampling.enabled=false", "run.steps=5", "checkpoint.every_steps=1",
+             "checkpoint.keep=10", "model.arch.mlp_layer_types=[dense,dense,dense,dense]", "model.arch.index_topk=128"]
 
 
 def _version_models(run_dir, config) -> dict:
-    """policy version N -> the engine's model with checkpoint step N's trainer weights."""
+    """policy version N -> the engine's model with checkpoint step N's trainer weights; version
+    0 is the trainer's random init, rebuilt from run.seed as the trainer built it."""
     from launcher.rl.tokenizer import make_tokenizer
     from launcher.workers.hf.model import VISION_PREFIX, build_model
 
-    pad_id, models = make_tokenizer(config.model).pad_id, {}
+    pad_id = make_tokenizer(config.model).pad_id
+    models = {0: build_model(config.model, pad_id, seed=config.run.seed).eval()}
     for folder in sorted(run_dir.rglob("step_*")):
         model = build_model(config.model, pad_id, seed=0).eval()
         loaded = model.load_state_dict(torch.load(folder / "trainer" / "model.pt"), strict=False)
@@ -55,7 +60,7 @@ def test_a_sequence_spanning_two_versions_has_each_versions_logprobs(launch_run)
     models = _version_models(run.dir, config)
     rows = [json.loads(line) for line in (run.dir / "samples.jsonl").read_text().splitlines()]
     spanning = [r for r in rows if len(set(r["token_versions"])) > 1 and set(r["token_versions"]) <= models.keys()]
-    assert spanning, "no trained sequence spans two checkpointed versions"
+    assert spanning, "no trained sequence spans two versions"
     temperature = config.algorithm.temperature
     for row in spanning[:4]:
         prompt, tokens, versions = row["prompt_ids"], row["tokens"], row["token_versions"]
