@@ -118,11 +118,13 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
     from launcher.driver.checkpoint import DriverState, load_driver_state
     from launcher.driver.metrics import StepLogger
     from launcher.driver.runtime import Runtime
+    from launcher.driver.samples_log import forget_after as forget_samples_after
     from launcher.rl.algorithm import make_algorithm
 
     config = composed.config
     state = load_driver_state(resume_from) if resume_from else DriverState()
     logger = StepLogger(run_dir, config.logging, config.run, state.step, _logged_config(composed, plan))
+    forget_samples_after(run_dir, state.step)
     return Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
                    tokenizer=data.tokenizer, stream=data.stream, algorithm=make_algorithm(config.algorithm),
                    logger=logger, checkpointer=ckpt, state=state, last_checkpoint=resume_from,

@@ -1,5 +1,7 @@
 """`logging.samples`: every sequence a step trains on, one JSON row each, in
-`<run dir>/samples.jsonl` (appended; a resumed run appends after what was there).
+`<run dir>/samples.jsonl`, appended step by step. A resumed run first forgets the rows of the
+steps past its checkpoint (forget_after), as metrics.jsonl does: those steps are redone, and
+their rows would otherwise appear twice with different samples.
 
 A row: step (the training row it belongs to), trained_version (the trainer's policy version
 that step updates), reward, prompt_ids, tokens (response ids), logprobs (the engine's
@@ -7,6 +9,7 @@ behaviour log-prob of each token) and token_versions (the policy version that pr
 token): enough to recompute every behaviour log-prob from the checkpoints of those versions.
 """
 import json
+import os
 from pathlib import Path
 
 SAMPLES_FILE = "samples.jsonl"
@@ -20,3 +23,21 @@ def write_samples(run_dir: Path, step: int, trained_version: int, groups: list) 
                 out.write(json.dumps({"step": step, "trained_version": trained_version, "reward": reward,
                                       "prompt_ids": g.prompt_ids, "tokens": tokens, "logprobs": logprobs,
                                       "token_versions": versions}) + "\n")
+
+
+def forget_after(run_dir: Path, step: int) -> None:
+    """Keep the rows of steps up to `step` (the checkpoint a run resumes from; 0: none). The
+    file is replaced whole; a row cut short by a killed run is dropped with the rest past it."""
+    path = Path(run_dir) / SAMPLES_FILE
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+            break
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text("".join(kept))
+    os.replace(scratch, path)
