@@ -1,6 +1,7 @@
 """In-flight weight updates through `python -m launcher` (inference.update_mode: in_flight):
-tiny_dapo_async with the engine slower than the trainer (100-token responses, one group a
-chunk), so the trainer finishes steps while the engine is mid-chunk, and dynamic sampling off,
+tiny_dapo_async with the engine slower than the trainer (100-token responses, one group of 4
+a chunk: with groups of 8 the trainer's step was as long as the engine's, and an unloaded CI
+run had no update land mid-chunk), so the trainer finishes steps while the engine is mid-chunk, and dynamic sampling off,
 so every group generated is trained on (a dropped group's spans would not reach samples.jsonl).
 Each update then lands at a token boundary and the same sequences continue on the new
 weights; logging.samples writes every trained sequence with its per-token versions
@@ -24,8 +25,8 @@ from tests.behaviour_logprobs import full_sequence_logprobs, replayed_logprobs
 pytestmark = pytest.mark.slow
 
 OVERRIDES = ["recipe=tiny_dapo_async", "inference.update_mode=in_flight", "logging.samples=true",
-             "algorithm.prompts_per_step=4", "algorithm.mini_batch_prompts=4", "algorithm.samples_per_prompt=8",
-             "algorithm.max_response_len=100", "inference.max_model_len=128", "inference.concurrency_per_engine=8",
+             "algorithm.prompts_per_step=4", "algorithm.mini_batch_prompts=4", "algorithm.samples_per_prompt=4",
+             "algorithm.max_response_len=100", "inference.max_model_len=128", "inference.concurrency_per_engine=4",
              "algorithm.dynamic_sampling.enabled=false", "run.steps=5", "checkpoint.every_steps=1",
              "checkpoint.keep=10", "model.arch.mlp_layer_types=[dense,dense,dense,dense]", "model.arch.index_topk=128"]
 
