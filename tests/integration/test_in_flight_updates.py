@@ -1,7 +1,9 @@
 """In-flight weight updates through `python -m launcher` (inference.update_mode: in_flight):
-tiny_dapo_async with the engine slower than the trainer (100-token responses, one group of 4
-a chunk: with groups of 8 the trainer's step was as long as the engine's, and an unloaded CI
-run had no update land mid-chunk), so the trainer finishes steps while the engine is mid-chunk, and dynamic sampling off,
+tiny_dapo_async with the engine slower than the trainer (100-token responses, one group of 2
+a chunk: decoding is sequential and costs about the same per step for 2 sequences as for 8,
+training is per token; with groups of 8 an unloaded CI run had the engine ahead and no update
+land mid-chunk, with groups of 2 an unloaded step takes ~2x its training), so the trainer
+finishes steps while the engine is mid-chunk, and dynamic sampling off,
 so every group generated is trained on (a dropped group's spans would not reach samples.jsonl).
 Each update then lands at a token boundary and the same sequences continue on the new
 weights; logging.samples writes every trained sequence with its per-token versions
@@ -25,8 +27,8 @@ from tests.behaviour_logprobs import full_sequence_logprobs, replayed_logprobs
 pytestmark = pytest.mark.slow
 
 OVERRIDES = ["recipe=tiny_dapo_async", "inference.update_mode=in_flight", "logging.samples=true",
-             "algorithm.prompts_per_step=4", "algorithm.mini_batch_prompts=4", "algorithm.samples_per_prompt=4",
-             "algorithm.max_response_len=100", "inference.max_model_len=128", "inference.concurrency_per_engine=4",
+             "algorithm.prompts_per_step=4", "algorithm.mini_batch_prompts=4", "algorithm.samples_per_prompt=2",
+             "algorithm.max_response_len=100", "inference.max_model_len=128", "inference.concurrency_per_engine=2",
              "algorithm.dynamic_sampling.enabled=false", "run.steps=5", "checkpoint.every_steps=1",
              "checkpoint.keep=10", "model.arch.mlp_layer_types=[dense,dense,dense,dense]", "model.arch.index_topk=128"]
 
