@@ -13,6 +13,7 @@ import torch
 from megatron.core import parallel_state as ps
 from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.transformer_config import TransformerConfig
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
@@ -68,7 +69,7 @@ def sum_grads_without_ddp(model: torch.nn.Module) -> None:
 def clip_grads_over_mesh(model: torch.nn.Module, max_norm: float) -> float:
     """The gradient norm over the whole mesh, and clipping by it, for the CPU path (after
     sum_grads_without_ddp). megatron-core's get_grad_norm_fp32 and clip_grad_by_total_norm_fp32
-    allocate on CUDA, so this counts the same way by hand: each tensor once over the mesh,
+    allocate on CUDA, so this sums with torch's: each tensor once over the mesh,
     the squares summed over TP (dense) and over EP x ETP (experts), the same total on every
     rank. `max_norm` 0 (trainer.optimizer.grad_clip) only measures it."""
     params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
@@ -82,16 +83,15 @@ def clip_grads_over_mesh(model: torch.nn.Module, max_norm: float) -> float:
 
 
 def _squared_norm_shares(params: list[torch.nn.Parameter]) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's share of the squared norm: (dense, expert). A tensor split over ranks counts
-    on each; one held whole on every TP rank (norms, router: `sequence_parallel`) counts on TP
-    rank 0 only, and an expert LoRA half whole on every ETP rank (`etp_duplicated`) on ETP rank 0."""
+    """This rank's share of the squared norm: (dense, expert). megatron-core's duplicate filter
+    decides what counts here: a tensor split over ranks on each; one held whole on every TP
+    rank (norms, router) on TP rank 0, an expert tensor whole on every ETP rank (an
+    `etp_duplicated` LoRA half) on ETP rank 0."""
+    tp_group, etp_group = ps.get_tensor_model_parallel_group(), ps.get_expert_tensor_parallel_group()
     dense, expert = [], []
     for param in params:
-        if getattr(param, "allreduce", True) is False:
-            if not getattr(param, "etp_duplicated", False) or ps.get_expert_tensor_parallel_rank() == 0:
-                expert.append(param.grad)
-        elif getattr(param, "tensor_model_parallel", False) or ps.get_tensor_model_parallel_rank() == 0:
-            dense.append(param.grad)
+        if param_is_not_tensor_parallel_duplicate(param, tp_group, etp_group):
+            (expert if getattr(param, "allreduce", True) is False else dense).append(param.grad)
     return _sum_of_squares(dense), _sum_of_squares(expert)
 
 
