@@ -23,6 +23,11 @@ The pieces the sync loop runs too (sending, scoring, training, the row) are in s
 - A background checkpoint is completed at the step boundaries (a training starts or ends)
   once its writes are over; groups without signal count towards
   algorithm.dynamic_sampling.max_empty_steps (no_signal.py).
+- phase.json (phase.py) names what the driver waits on for step N, the step in flight:
+  `wait-groups` until N's batch is ready, `train` while N trains (the engines keep generating
+  the next steps' groups all along: generation has no phase of its own), then `sync`,
+  `evaluate` (collecting step N-1's held-out evaluation, when one was sent) and `checkpoint`
+  (when due). After the last step, `evaluate` collects its evaluation.
 """
 import collections
 import time
@@ -120,11 +125,14 @@ def run_async(rt: Runtime) -> None:
     capacity = max(1, min(QUEUE_STEPS, rt.config.algorithm.max_staleness)) * wanted
     gen, batcher = _Generator(rt), _Batcher(rt)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="train")
-    training, batch_info = None, {}
+    training, batch_info, waiting = None, {}, False
     last_step_end = time.monotonic()
     try:
         rt.start_eval()  # held-out evaluations: sent after a sync, collected one step later (evaluate.py)
         while rt.state.step < rt.config.run.steps and not (rt.preemption.requested and training is None):
+            if training is None and not waiting:  # entered once a step, not at every poll
+                rt.enter_phase("wait-groups", rt.state.step + 1)
+                waiting = True
             gen.pump(capacity - len(batcher.queue))
             batcher.add(gen.harvest())
             if training is None:
@@ -132,12 +140,13 @@ def run_async(rt: Runtime) -> None:
                     rt.poll_checkpoint()
                     batch_info = {**_staleness(batch, rt.state.policy_version),
                                   "rollout_s": time.monotonic() - last_step_end}
-                    training = executor.submit(timed_train, rt, batch)
+                    rt.enter_phase("train", rt.state.step + 1)
+                    training, waiting = executor.submit(timed_train, rt, batch), False
             elif training.done():
                 (train, train_s), training = training.result(), None
                 last_step_end = _end_step(rt, train, train_s, batch_info, batcher, last_step_end)
         if not rt.preemption.requested:
-            rt.finish_eval()
+            _collect_eval(rt, rt.state.step)
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
 
@@ -145,10 +154,14 @@ def run_async(rt: Runtime) -> None:
 def _end_step(rt: Runtime, train: dict, train_s: float, batch_info: dict, batcher: _Batcher,
               last_step_end: float) -> float:
     """Publish the trained policy without waiting for the engines, log the step; returns its end."""
+    step = rt.state.step + 1
     rt.state.policy_version += 1
+    rt.enter_phase("sync", step)
     sync_s = rt.sync_weights(with_base=False, wait=False)
-    rt.state.step += 1
-    rt.finish_eval()  # the previous step's, before this step's checkpoint and row
+    rt.state.step = step
+    _collect_eval(rt, step)  # the previous step's, before this step's checkpoint and row
+    if rt.checkpointer.due(step):
+        rt.enter_phase("checkpoint", step)
     rt.maybe_checkpoint()
     now = time.monotonic()
     step_s = now - last_step_end
@@ -156,6 +169,13 @@ def _end_step(rt: Runtime, train: dict, train_s: float, batch_info: dict, batche
                              other_s=max(step_s - train_s - batch_info["rollout_s"], 0.0), **batch_info))
     rt.start_eval()  # on every engine behind the update just sent: exactly this version
     return now
+
+
+def _collect_eval(rt: Runtime, step: int) -> None:
+    """The held-out evaluation sent after the last sync, if one was, in step `step`'s `evaluate`."""
+    if rt.pending_eval is not None:
+        rt.enter_phase("evaluate", step)
+        rt.finish_eval()
 
 
 def _staleness(batch: list, version: int) -> dict:

@@ -8,17 +8,21 @@ reader never sees half of it):
 
     {"step": 3, "phase": "train", "started_unix_s": 1764886203.4}
 
-launch.py enters `start-up` as Ray starts, then `loop` as the loop starts (the async loop, whose
-generation and training overlap, stays there), and `save` for a preemption's save. The sync
-loop (loop_sync.py) enters, for the step in flight (`step`):
+launch.py enters `start-up` as Ray starts, then `loop` as the loop starts, and `save` for a
+preemption's save. The sync loop (loop_sync.py) enters, for the step in flight (`step`):
 - `generate` once the trainer has stepped aside: the previous step's held-out evaluation
   when due, the engines generate, the driver scores, the engines go to sleep;
 - `train` once the engines sleep: the trainer takes the GPUs back and trains;
 - `sync`, then `checkpoint` when one is due;
 - `drop` for a step dropped after a preemption signal (the trainer takes the GPUs back);
 - `evaluate` for the last step's held-out evaluation.
-So a phase starts when the driver starts waiting on the group that does it. After the run
-ends the file names its last phase (the failed one, the save, or the last step's).
+So a phase starts when the driver starts waiting on the group that does it. The async loop
+(loop_async.py), whose engines generate all the time, names what the driver waits on for the
+step in flight: `wait-groups` until its batch of groups is ready, `train` while it trains
+(generation goes on meanwhile, for the steps after it), `sync`, `evaluate` (collecting the
+previous step's held-out evaluation, or after the last step its own) and `checkpoint` when
+one is due. After the run ends the file names its last phase (the failed one, the save, or
+the last step's).
 """
 import json
 import os

@@ -55,16 +55,6 @@ def _comparable(metrics: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if not k.endswith("_s")} for m in metrics]
 
 
-def _stopped_by(run, signum: int, after_step: int) -> tuple[str, float]:
-    """Send `signum` once the run logged `after_step`; (stderr, seconds until it exited)."""
-    run.wait_for_step(after_step)
-    run.proc.send_signal(signum)
-    sent = time.monotonic()
-    code, _, err = run.finish(timeout_s=GRACE_S + 30)
-    assert code == 128 + signum, err[-3000:]
-    return err, time.monotonic() - sent
-
-
 def _assert_lost_at_most_the_step_in_flight(run, err: str) -> int:
     """The newest checkpoint is the last logged step, complete, and nothing unfinished is left."""
     last = run.metrics()[-1]["step"]
@@ -169,12 +159,40 @@ def test_sigterm_in_each_phase_loses_at_most_the_step_in_flight_and_the_resumed_
     assert _comparable(final.metrics()) == _comparable(whole.metrics())
 
 
+def _held_by_the_trainer(run) -> tuple[int, str]:
+    """With the trainer stopped, the async driver's phase once it holds: step N's `train` (or
+    its `sync`, which the trainer's export feeds, when the stop caught that)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = run.phase()
+        if found["phase"] in ("train", "sync"):
+            time.sleep(0.5)
+            assert run.phase() == found, f"{found} did not hold with the trainer stopped: {run.phase()}"
+            return found["step"], found["phase"]
+        time.sleep(0.01)
+    raise AssertionError(f"the async driver reached no train or sync with the trainer stopped: {run.phase()}")
+
+
 def test_sigusr1_stops_the_async_loop_at_a_step_boundary_and_saves_it(launch_run):
+    """phase.json names what the async driver waits on; a signal while a step trains (the
+    trainer stopped to hold it there) lets that step finish, and it is the one saved."""
     run = launch_run("async_usr1", ["recipe=tiny_dapo_async", *SMALL, "run.steps=200", "checkpoint.every_steps=50"])
-    err, took_s = _stopped_by(run, signal.SIGUSR1, after_step=3)
-    assert took_s < 100, err[-3000:]  # the tiny plan's derived grace
-    last = _assert_lost_at_most_the_step_in_flight(run, err)
-    assert f"saved step {last}" in err
+    run.wait_for_phase(1, "wait-groups")  # the first groups take seconds to generate
+    run.wait_for_step(3)
+    trainers = run.actor_pids("trainer")
+    _signal_all(trainers, signal.SIGSTOP)
+    try:
+        step, phase = _held_by_the_trainer(run)
+        run.proc.send_signal(signal.SIGUSR1)
+        sent = time.monotonic()
+        line = run.wait_for_stderr("SIGUSR1 received in")
+        assert f"SIGUSR1 received in step {step}'s {phase}:" in line, line
+    finally:
+        _signal_all(trainers, signal.SIGCONT)
+    code, _, err = run.finish(timeout_s=120)
+    assert code == 128 + signal.SIGUSR1 and time.monotonic() - sent < 100, err[-3000:]  # the tiny plan's derived grace
+    assert _assert_lost_at_most_the_step_in_flight(run, err) == step and f"saved step {step}" in err, err[-3000:]
+    assert (run.phase()["step"], run.phase()["phase"]) == (step, "save")
 
 
 def test_dynamic_sampling_without_signal_ends_the_run_after_max_empty_steps(launch_run, rewards_module):
