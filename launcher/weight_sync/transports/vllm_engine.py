@@ -146,6 +146,8 @@ class EngineGroupClient:
         """Bounds every wait on the engines and names them; the driver hands a fresh one with each send."""
         self.version: int | None = None
         """Policy version the next finish_weight_update announces (vLLM's senders pass none)."""
+        self._metadata_by_src: dict[int, dict] = {}
+        """The last names, dtype_names and shapes each broadcasting rank sent (_with_metadata)."""
 
     def _all(self, method: str, *args) -> None:
         """`method` on every engine, done within self.wait: PeerLostError naming an engine that
@@ -177,7 +179,22 @@ class EngineGroupClient:
         self._all("transfer_start")
 
     def update_weights(self, update_info: dict) -> None:
-        self._all("transfer_update", update_info)
+        self._all("transfer_update", self._with_metadata(update_info))
+
+    def _with_metadata(self, update_info: dict) -> dict:
+        """`update_info` with the round's parameter lists filled in. vLLM's NCCL sender (0.33+,
+        nccl_engine.py NCCLWeightTransferUpdateInfo) sends empty names, dtype_names and shapes
+        when a round's metadata equals the last one's, and its workers reuse theirs; the
+        engine's sync manifest (VllmEngine.transfer_update) counts the names of every round, so
+        the last full lists of that sender (`src`, 0 when absent) are put back. IPC rounds and
+        0.32 always list them."""
+        src = update_info.get("src", 0)
+        if update_info.get("names"):
+            self._metadata_by_src[src] = {key: update_info[key] for key in ("names", "dtype_names", "shapes")}
+            return update_info
+        if "names" in update_info and src in self._metadata_by_src:
+            return {**update_info, **self._metadata_by_src[src]}
+        return update_info
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         version = weight_version if weight_version is not None else self.version
@@ -187,11 +204,32 @@ class EngineGroupClient:
 def stream_source(named):
     """A vLLM WeightSource over a trainer's HF-named stream: `named()` starts a fresh pass.
 
-    Iteration is the stream itself (one tensor materialised at a time). metadata() makes
-    one pass and keeps names, dtypes and shapes: vLLM's NCCL sender calls it on every
-    trainer rank, so on a model-parallel trainer that pass gathers in lockstep too.
+    Iteration is the stream itself (one tensor materialised at a time). The metadata takes one
+    pass and is kept: names, dtypes and shapes. vLLM's senders read it on every trainer rank
+    (NCCL, and IPC from 0.33), so on a model-parallel trainer that pass gathers in lockstep too.
+    The release decides the form (vllm_release.VllmRelease.source_iter_full): 0.33+ wants a
+    cached_property `metadata` and `iter_full()`, 0.32 a `metadata()` method and `__iter__`.
+    Only the chosen class is defined: 0.33's WeightSource refuses the other at class creation.
     """
+    from functools import cached_property
+
     from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    from launcher.vllm_release import installed_release
+
+    def read_metadata() -> list:
+        return [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in named()]
+
+    if installed_release().source_iter_full:
+        class FullStreamSource(WeightSource):
+            @cached_property
+            def metadata(self) -> list:
+                return read_metadata()
+
+            def iter_full(self):
+                return iter(named())
+
+        return FullStreamSource()
 
     class StreamSource(WeightSource):
         def __init__(self):
@@ -199,7 +237,7 @@ def stream_source(named):
 
         def metadata(self) -> list:
             if self._meta is None:
-                self._meta = [ParamMeta(name, t.dtype, tuple(t.shape)) for name, t in named()]
+                self._meta = read_metadata()
             return self._meta
 
         def __iter__(self):

@@ -29,22 +29,20 @@ from contextlib import contextmanager
 
 import torch
 
+from launcher.vllm_release import installed_release
 from launcher.workers.vllm.glm_lora_patch import PATCH_ENV, apply_glm_lora_patch
 
 if os.environ.get(PATCH_ENV) == "1":
     apply_glm_lora_patch()
 
-DERIVED_CACHES = ("_merged_conv_weight", "_wp_fp32")
-"""Tensors vLLM's GLM layers derive from weights once and rebuild only when None (0.32: KDA's
-merged q/k/v conv weight, kda.py; the DSA indexer's fp32 weights_proj, attention.py). A
-weight update leaves them stale (vllm#55087)."""
 
-
-def clear_derived_caches(model) -> int:
-    """Reset every derived cache in `model` to None; a model (or a vLLM) without them is untouched."""
+def clear_derived_caches(model, names: tuple[str, ...]) -> int:
+    """Reset every attribute `names` (the installed release's stale_derived_caches,
+    launcher/vllm_release.py) of `model`'s modules to None, so the next forward rebuilds it from
+    the new weights; modules without them are untouched."""
     cleared = 0
     for module in model.modules():
-        for attr in DERIVED_CACHES:
+        for attr in names:
             if getattr(module, attr, None) is not None:
                 setattr(module, attr, None)
                 cleared += 1
@@ -85,5 +83,6 @@ class WeightSyncExtension:
         self.clear_derived_caches()
 
     def clear_derived_caches(self) -> int:
-        """After every finished update (bucketed here; the engine calls it after GPU transfers)."""
-        return clear_derived_caches(self.model_runner.get_model())
+        """After every finished update (bucketed here; the engine calls it after GPU transfers):
+        only what the installed release leaves stale (0.34 refills its caches itself)."""
+        return clear_derived_caches(self.model_runner.get_model(), installed_release().stale_derived_caches)

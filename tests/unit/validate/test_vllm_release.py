@@ -19,29 +19,57 @@ def _findings(rule_id: str, overrides: list[str], version: str | None, monkeypat
     return list(RULES.get(rule_id).fn(cfg, make_plan(cfg)))
 
 
+GLM = ["recipe=dapo_sync", "cluster=h200x1", "model=glm5_3_flash_4layer", "inference.engines=1", "inference.tp=1",
+       "trainer.mesh.tp=1", "trainer.mesh.ep=1", "trainer.mesh.sequence_parallel=false"]
+
+
 def test_release_lines_parse_local_builds():
     assert release_of("0.26.0") is RELEASES["0.26"] and release_of("0.32.0+cpu") is RELEASES["0.32"]
-    assert release_of("0.29.1") is None and release_of("1.0.0") is None
+    assert release_of("0.33.0") is RELEASES["0.33"] and release_of("0.34.0") is RELEASES["0.34"]
+    assert release_of("0.29.1") is None and release_of("0.35.0") is None and release_of("1.0.0") is None
+
+
+def test_only_the_lines_that_ran_are_named_tested():
+    """TESTED, which every fix offers, names exactly the lines that ran through the launcher."""
+    from launcher.vllm_release import SOURCE_CHECKED, TESTED
+
+    ran = {line for line, release in RELEASES.items() if release.ran_through_launcher}
+    assert ran == {"0.26", "0.32"} and all(f"{line}.x" in TESTED for line in ran)
+    assert all(f"{line}.x" in SOURCE_CHECKED for line in RELEASES.keys() - ran)
 
 
 def test_an_unknown_or_missing_release_fails_the_engine_with_the_fix(monkeypatch):
     import launcher.vllm_release as module
 
     monkeypatch.setattr(module, "installed_version", lambda: "0.29.1")
-    with pytest.raises(ImportError, match=r"vLLM 0.29.1 is not a release .* install 0.26.x"):
+    with pytest.raises(ImportError, match=r"vLLM 0.29.1 is not a release .* install 0.26.x.* or 0.34.x"):
         installed_release()
+    monkeypatch.setattr(module, "installed_version", lambda: "0.34.0")
+    assert installed_release() is RELEASES["0.34"]  # the engine starts; INF012 warned before Ray
 
 
 def test_inf012_names_the_installed_release(monkeypatch):
     (unknown,) = _findings("INF012", QMOE, "0.29.1", monkeypatch)
     assert unknown.key == "inference.backend" and "vLLM 0.29.1" in unknown.message and "0.26.x" in unknown.fix
-    glm = ["recipe=dapo_sync", "cluster=h200x1", "model=glm5_3_flash_4layer", "inference.engines=1", "inference.tp=1",
-           "trainer.mesh.tp=1", "trainer.mesh.ep=1", "trainer.mesh.sequence_parallel=false"]
-    (old,) = [f for f in _findings("INF012", glm, "0.26.0", monkeypatch) if "Glm5Next" in f.why]
-    assert "vLLM 0.26.0" in old.message and "qwen3_moe_4layer" in old.fix
-    assert _findings("INF012", glm, "0.32.0", monkeypatch) == []
+    assert unknown.severity == "error" and "0.34.x" in unknown.fix
+    (old,) = [f for f in _findings("INF012", GLM, "0.26.0", monkeypatch) if "Glm5Next" in f.why]
+    assert "vLLM 0.26.0" in old.message and "qwen3_moe_4layer" in old.fix and "0.34.x" in old.fix
+    assert _findings("INF012", GLM, "0.32.0", monkeypatch) == []
     assert _findings("INF012", QMOE, "0.26.0", monkeypatch) == []
     assert _findings("INF012", QMOE, None, monkeypatch) == []  # pre-commit, checks-only installs
+
+
+@pytest.mark.parametrize("version", ["0.34.0", "0.33.0"])
+def test_inf012_lets_a_source_checked_release_run_with_a_warning(version, monkeypatch):
+    """Route 2: GLM-5.3-Flash on 0.34 (then 0.33) passes validation, warned that the release was
+    checked against its source only and told what to report; nothing else fires, async NCCL included."""
+    (warned,) = _findings("INF012", GLM, version, monkeypatch)
+    assert warned.severity == "warning" and warned.key == "inference.backend"
+    assert f"vLLM {version}" in warned.message and "source only" in warned.message
+    assert "docs/vllm_route2.md" in warned.why and "issue 40" in warned.fix and "0.32.x" in warned.fix
+    assert [f.severity for f in _findings("INF012", ["recipe=dapo_async"], version, monkeypatch)] == ["warning"]
+    adapter = [*QMOE, "trainer.lora.merge=false", "inference.lora_targets=[q_proj,k_proj,v_proj,o_proj,experts]"]
+    assert _findings("INF013", adapter, version, monkeypatch) == []
 
 
 def test_inf012_refuses_async_nccl_on_026(monkeypatch):
