@@ -1,5 +1,5 @@
 """Checkpoints: trainer state (model or adapter, optimizer, RNG) plus the driver's state
-(step, policy version, data position), saved atomically and checked when read.
+(step, policy version, data position, partial rollouts' carried sequences), saved atomically and checked when read.
 
 Writing: a checkpoint goes into a hidden `.partial` folder, renamed into place only when
 every part is on disk, so a crash while saving never leaves a checkpoint that looks
@@ -19,7 +19,7 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from launcher.contract.errors import CheckpointError, CheckpointMismatchError, DamagedCheckpointError
@@ -46,6 +46,9 @@ class DriverState:
     """Weight updates applied so far (engines generating with version v are v updates old)."""
     data_position: int = 0
     """Problems drawn from the prompt stream so far."""
+    carried: list[dict] = field(default_factory=list)
+    """Partial rollouts: the groups left unfinished by step `step`, continued first by the next
+    (launcher/driver/partial.py PartialGroup as JSON); empty without them."""
 
 
 class ResumeError(CheckpointError):

@@ -5,6 +5,8 @@ variance and generate again, up to max_regenerations) -> engines sleep -> onload
 -> advantages and train -> push weights -> checkpoint -> one log line. A held-out
 evaluation of the previous step's weights, when due, runs right after the wake.
 The pieces the async loop runs too (sending, scoring, training, the row) are in step.py.
+With algorithm.partial_rollout each sequence gets a token budget a step and the unfinished
+ones are carried to the next (partial.py).
 
 Each phase (generate, train, sync, checkpoint) is entered in phase.json (phase.py). A
 background checkpoint is completed at the first phase boundary after its writes are over
@@ -19,6 +21,7 @@ import time
 
 from tqdm import tqdm
 
+from launcher.driver import partial
 from launcher.driver.preemption import StepDropped
 from launcher.driver.rollout import chunk_seed, groups_per_chunk
 from launcher.driver.runtime import Runtime
@@ -39,20 +42,23 @@ def _generate_round(rt: Runtime, step: int, round_index: int, n_prompts: int, ba
     return scored
 
 
-def fill_groups(generate_round, keep_group, wanted: int, max_regenerations: int) -> tuple[list, list, int]:
+def fill_groups(generate_round, keep_group, wanted: int, max_regenerations: int,
+                carried_on=lambda: 0) -> tuple[list, list, int]:
     """DAPO dynamic sampling: generate, keep groups `keep_group` accepts, and generate again
     for the shortfall, at most max_regenerations more rounds.
 
-    `generate_round(round_index, n_prompts)` returns (round, group index, Group) tuples.
+    `generate_round(round_index, n_prompts)` returns (round, group index, Group) tuples;
+    `carried_on()`: groups left unfinished so far, carried to the next step (partial.py), which
+    fill the step's share as kept ones do.
     Returns (kept groups in (round, index) order, at most `wanted`; every group seen; rounds).
     """
     kept, seen, rounds = [], [], 0
     while True:
-        scored = generate_round(rounds, wanted - len(kept))
+        scored = generate_round(rounds, wanted - len(kept) - carried_on())
         seen += [s[2] for s in scored]
         kept += [s for s in scored if keep_on_task_rewards(keep_group, s[2])]
         rounds += 1
-        if len(kept) >= wanted or rounds > max_regenerations:
+        if len(kept) + carried_on() >= wanted or rounds > max_regenerations:
             break
     kept.sort(key=lambda s: (s[0], s[1]))  # completion order varies; training order must not
     return [s[2] for s in kept[:wanted]], seen, rounds
@@ -64,17 +70,32 @@ def collect_groups(rt: Runtime, step: int) -> tuple[list, dict, list]:
     alg = rt.config.algorithm
     started = time.monotonic()
     bar = tqdm(desc=f"step {step} generate", unit="seq", leave=False, disable=not sys.stderr.isatty())
+    carry = partial.StepCarry(rt) if partial.active(rt) else None
 
     def generate_round(round_index: int, n_prompts: int) -> list:
+        if carry is not None:
+            return _generate_partial_round(rt, carry, step, round_index, n_prompts, bar)
         bar.total = (bar.total or 0) + n_prompts * alg.samples_per_prompt
         return _generate_round(rt, step, round_index, n_prompts, bar)
 
     groups, seen, rounds = fill_groups(generate_round, rt.algorithm.keep_group, alg.prompts_per_step,
-                                       alg.dynamic_sampling.max_regenerations)
+                                       alg.dynamic_sampling.max_regenerations,
+                                       carry.carried_on if carry is not None else lambda: 0)
     bar.close()
     stats = generation_summary(seen, time.monotonic() - started)
     stats.update(groups_kept=len(groups), groups_asked=alg.prompts_per_step, rounds=rounds, regenerations=rounds - 1)
+    if carry is not None:
+        stats.update(carry.finish(groups))
     return groups, stats, seen
+
+
+def _generate_partial_round(rt: Runtime, carry, step: int, round_index: int, n_prompts: int, bar) -> list:
+    """_generate_round with partial rollouts: the carried groups first, each sample one budget."""
+    samples = rt.config.algorithm.samples_per_prompt
+    per_chunk = groups_per_chunk(rt.config.inference.concurrency_per_engine, samples, max(n_prompts, 1),
+                                 len(rt.engines))
+    return carry.generate_round(round_index, n_prompts, per_chunk * samples,
+                                lambda c: chunk_seed(rt.config.run.seed, step, round_index, c), bar)
 
 
 def _engines_take_the_gpus(rt: Runtime, level: int, phase: str, step: int) -> None:
@@ -157,4 +178,4 @@ def _run_step(rt: Runtime, step: int, level: int) -> None:
     step_s = time.monotonic() - t0
     rt.log_step(step_metrics(rt, gen, train, rollout_s=t1 - t0, train_s=train_s, sync_s=sync_s, step_s=step_s,
                              other_s=step_s - gen["gen_s"] - train_s))
-    rt.no_signal.sync_step(step, len(groups), gen["rounds"], seen)
+    rt.no_signal.sync_step(step, len(groups), gen["rounds"], seen, gen.get("partial_groups_carried", 0))

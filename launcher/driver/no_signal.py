@@ -30,14 +30,20 @@ class NoSignalWatch:
         self.groups_in_a_row: list = []
         """Every group generated since the last one kept (their pass rate goes into the error)."""
 
-    def sync_step(self, step: int, kept: int, rounds: int, seen: list) -> None:
+    def sync_step(self, step: int, kept: int, rounds: int, seen: list, carried: int = 0) -> None:
         """After step `step`'s row is logged (sync loop): its line when it kept fewer groups than
-        asked; NoSignalError when it is the limit's step in a row to keep none."""
-        if kept >= self.asked:
+        asked; NoSignalError when it is the limit's step in a row to keep none. `carried`: groups
+        left unfinished for the next step (partial rollouts): they fill the step's share without
+        being dropped, and a step that finished no group says nothing about the reward."""
+        if not seen:  # every group carried on: none finished to keep or drop
+            return
+        if kept + carried >= self.asked:
             self._reset()
             return
         passed = sum(sum(g.correct) for g in seen) / max(len(seen) * self.samples, 1)
-        _say(f"step {step}: dynamic sampling kept {kept} of {self.asked} groups after {rounds} round(s) of "
+        finished = f"{self.asked - carried} finished groups ({carried} carried to the next step)" if carried \
+            else f"{self.asked} groups"
+        _say(f"step {step}: dynamic sampling kept {kept} of {finished} after {rounds} round(s) of "
              f"generation ({len(seen)} groups, {passed:.1%} of samples passed): "
              + (f"trained on {kept}" if kept else "trained on none (no update)"))
         if kept:

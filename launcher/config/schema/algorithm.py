@@ -70,6 +70,17 @@ class OffPolicyConfig:
 
 
 @dataclass
+class PartialRolloutConfig:
+    max_tokens_per_step: int = 0
+    """Partial rollouts (Kimi k1.5), sync loop only: each step generates at most this many
+    tokens of each sequence; a sequence with no EOS yet and shorter than max_response_len is
+    carried to the next step and continued there on the new weights (prompt + its tokens so
+    far sent again), its tokens keeping their own behaviour log-probs and policy versions. A
+    group is scored and trained once all its samples are finished. 0 = off. Below
+    max_response_len; needs max_staleness >= ceil(max_response_len / this) - 1 (PART001-004)."""
+
+
+@dataclass
 class AlgorithmConfig:
     name: AlgorithmName = AlgorithmName.grpo
     """grpo (symmetric clip, sequence-mean loss) or dapo (clip-higher, token-mean, dynamic sampling)."""
@@ -124,4 +135,8 @@ class AlgorithmConfig:
     share of token x indexer-layer pairs whose trainer pool set equals the engine's) without
     replaying it; indexer_replay turns it on too."""
     max_staleness: int = 0
-    """Async: samples older than this many policy versions are never trained on; >= 1 for async."""
+    """Async: samples older than this many policy versions are never trained on; >= 1 for async.
+    Sync with partial_rollout: how many versions a carried sequence's oldest token may be
+    behind when its group trains (PART004 sets the floor)."""
+    partial_rollout: PartialRolloutConfig = field(default_factory=PartialRolloutConfig)
+    """Carry unfinished sequences to the next step instead of waiting for the longest."""

@@ -115,6 +115,7 @@ RANGES: dict[str, Range] = {
     "algorithm.overlong.buffer_len": _zero("off", checked_by="ALGO002"),
     "algorithm.overlong.expected_response_len": POS,
     "algorithm.max_staleness": _zero("on-policy (sync loop)"),
+    "algorithm.partial_rollout.max_tokens_per_step": _zero("off: every sequence finishes in its step"),
     "checkpoint.every_steps": _zero("only at the end", checked_by="ALGO006"),
     "checkpoint.keep": Range(1, checked_by="ALGO006"),
 }

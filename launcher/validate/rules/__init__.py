@@ -10,6 +10,7 @@ from launcher.validate.rules import (  # noqa: F401
     memory,
     mesh,
     model,
+    partial_rollout,
     recompute,
     reward,
     routing,
