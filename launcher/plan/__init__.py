@@ -23,7 +23,7 @@ from launcher.plan.routes import RoutesPlan, plan_routes
 from launcher.plan.startup import StartupPlan, plan_startup
 from launcher.plan.swap import swap_basis, swap_terms
 from launcher.plan.sync import SyncPlan, plan_sync
-from launcher.plan.timing import TimingPlan, plan_timing
+from launcher.plan.timing import TimingPlan, decode_steps_per_round, plan_timing
 from launcher.plan.update_wait import update_wait_s
 
 __all__ = ["Plan", "make_plan", "GpuSlot", "MODEL_PARTS"]
@@ -62,6 +62,13 @@ class Plan:
         return out
 
 
+def _round_tokens(cfg: LauncherConfig) -> str:
+    """What a generation round's decode steps are, for the timing line."""
+    if cfg.algorithm.partial_rollout.max_tokens_per_step:
+        return f"algorithm.partial_rollout.max_tokens_per_step {decode_steps_per_round(cfg)}"
+    return f"max_response_len {cfg.algorithm.max_response_len}"
+
+
 def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) -> Plan:
     log = Origins()
     key = arch_key(cfg.model.arch)
@@ -82,8 +89,8 @@ def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) 
         log.add("timing.swap_s", f"{sum(terms.values()):.1f}", swap_basis(cfg, terms, offloaded, memory.sleep_level))
     timing = plan_timing(cfg, params, batch, memory.inference, mesh.trainer_gpus, sum(terms.values()), arch.has_kda)
     log.add("timing.generation_s", f"{timing.generation_s:.1f}",
-            f"{timing.generation_rounds} round(s) x {timing.generation_round_s:.1f} s: max_response_len "
-            f"{cfg.algorithm.max_response_len} x {timing.decode_step_s * 1e3:.1f} ms a decode step of the "
+            f"{timing.generation_rounds} round(s) x {timing.generation_round_s:.1f} s: {_round_tokens(cfg)} x "
+            f"{timing.decode_step_s * 1e3:.1f} ms a decode step of the "
             f"{cfg.inference.backend.value} engine (measured against its bandwidth floor, plan/timing.py)")
     log.add("timing.rollout_s", f"{timing.rollout_s:.1f}", f"a round {timing.generation_round_s:.1f} s + swap "
             f"{timing.swap_s:.1f} s (the metrics' rollout_s: generation and the colocated swap around it)")

@@ -6,8 +6,8 @@ script asks Slurm for (`--signal=B:USR1@<grace>`) and the RayJob manifest gives 
     grace = max(rest of a step, one chunk) + swap + one checkpoint write + STOP_S, up to 10 s
 
 A signal during generation (every round of dynamic sampling included) drops the step: the
-engines finish the chunk each is on (one wave of max_response_len decode steps), then the
-trainer takes the GPUs back (the swap). A signal just as training starts waits for the rest of
+engines finish the chunk each is on (one wave of max_response_len decode steps; with partial
+rollouts, of the step's token budget), then the trainer takes the GPUs back (the swap). A signal just as training starts waits for the rest of
 the step: the log-prob pass, training and the weight sync. Either comes before the write of
 the last completed step and STOP_S for Ray's shutdown. The estimates are plan/timing.py's and
 plan/sync.py's: pessimistic constants, so the grace errs long.
@@ -15,6 +15,7 @@ plan/sync.py's: pessimistic constants, so the grace errs long.
 import math
 
 from launcher.plan.startup import STARTUP_OVERHEAD_S
+from launcher.plan.timing import decode_steps_per_round
 
 STOP_S = 30.0
 """Ray's shutdown on every node and the driver's exit, after the save."""
@@ -51,7 +52,7 @@ def grace_s(config, plan) -> tuple[float, str]:
     """(seconds, how they were found) of run.preemption_grace_s: the key's value when set."""
     if config.run.preemption_grace_s is not None:
         return float(config.run.preemption_grace_s), f"run.preemption_grace_s={config.run.preemption_grace_s:g}"
-    rest, chunk = rest_of_step_s(plan), config.algorithm.max_response_len * plan.timing.decode_step_s
+    rest, chunk = rest_of_step_s(plan), decode_steps_per_round(config) * plan.timing.decode_step_s
     write = checkpoint_write_s(plan, config.cluster.gpus_per_node)
     seconds = math.ceil((max(rest, chunk) + plan.timing.swap_s + write + STOP_S) / ROUND_S) * ROUND_S
     return float(seconds), (f"max(the plan's {rest:.0f} s of a step after generation, a {chunk:.0f} s chunk) + "

@@ -6,7 +6,8 @@ log-prob pass. The NCCL timeout must exceed the longest of these, with margin.
 Deliberately pessimistic constants, so the timeout errs long:
 - decode step = a measured function of the engine's bandwidth floor (engine weights per GPU /
   HBM bandwidth: one read of every weight per step), per engine; a round runs ceil(sequences per engine /
-  concurrency) waves of max_response_len steps, and DAPO's dynamic sampling may run
+  concurrency) waves of max_response_len steps (partial rollouts: the step's token budget),
+  and DAPO's dynamic sampling may run
   1 + max_regenerations rounds;
 - log-prob and training passes run at LOGPROB_MFU / TRAIN_MFU of the bf16 peak on
   2 (forward) or 6 (forward + backward, plus recompute) x active params per token.
@@ -71,6 +72,13 @@ def generation_rounds(cfg: LauncherConfig) -> int:
     return 1 + ds.max_regenerations if ds.enabled else 1
 
 
+def decode_steps_per_round(cfg: LauncherConfig) -> int:
+    """A round's decode steps: max_response_len, or with partial rollouts the step's token
+    budget per sequence (algorithm.partial_rollout.max_tokens_per_step), past which the
+    longest sequences are carried to the next step instead of waited for."""
+    return cfg.algorithm.partial_rollout.max_tokens_per_step or cfg.algorithm.max_response_len
+
+
 def _generation_round_s(cfg: LauncherConfig, batch: BatchPlan, inf_mem: InferenceMemory,
                         has_kda: bool) -> tuple[float, float]:
     """(decode step, one round) in seconds."""
@@ -79,7 +87,7 @@ def _generation_round_s(cfg: LauncherConfig, batch: BatchPlan, inf_mem: Inferenc
     step = decode_step_s(cfg, floor_s, has_kda)
     per_engine = math.ceil(batch.sequences_per_step / max(inf.engines, 1))
     waves = math.ceil(per_engine / max(min(inf.concurrency_per_engine, inf.max_num_seqs), 1))
-    return step, waves * cfg.algorithm.max_response_len * step
+    return step, waves * decode_steps_per_round(cfg) * step
 
 
 def plan_timing(cfg: LauncherConfig, params: ParamCounts, batch: BatchPlan, inf_mem: InferenceMemory,

@@ -2,6 +2,8 @@
 group, what the checkpoint keeps, and (slow: a real hf engine in this process, no Ray, ~10 s)
 how a carried group's tokens are joined and that a step continued from the same state samples
 the same tokens."""
+import copy
+import dataclasses
 import json
 from dataclasses import asdict
 from types import SimpleNamespace
@@ -132,7 +134,9 @@ def test_a_step_continued_from_the_same_state_samples_the_same_tokens(engine):
     _step(again, 1)
     assert first.state.carried == again.state.carried
     resumed = _runtime(engine, load_json_state(first.state))
+    before, kept = dataclasses.replace(first.state), copy.deepcopy(first.state.carried)  # as loop_sync._generate
     assert _step(resumed, 2)[1] == _step(first, 2)[1] and resumed.state.carried == first.state.carried
+    assert before.carried == kept != first.state.carried  # what a step dropped by preemption restores
 
 
 def load_json_state(state: DriverState) -> DriverState:
@@ -146,3 +150,13 @@ def test_a_step_that_finished_no_group_is_not_an_empty_one(capsys):
     dropped = SimpleNamespace(correct=[False, False], task_rewards=[0.0, 0.0])
     watch.sync_step(2, kept=1, rounds=2, seen=[dropped] * 2, carried=1)
     assert "kept 1 of 2 finished groups (1 carried to the next step) after 2 round(s)" in capsys.readouterr().out
+
+
+def test_the_plan_prices_a_round_at_the_budget_not_the_longest_response(point):
+    """dapo_sync: 8192-token responses; a budget of 1024 makes a round (and the generate
+    deadline and preemption chunk built on it) an eighth as long."""
+    full = point("recipe=dapo_sync").plan.timing
+    cut = point("recipe=dapo_sync", "algorithm.partial_rollout.max_tokens_per_step=1024",
+                "algorithm.max_staleness=7")
+    assert cut.of("PART004") == [] and cut.plan.timing.decode_step_s == full.decode_step_s
+    assert cut.plan.timing.generation_round_s == pytest.approx(full.generation_round_s / 8)
