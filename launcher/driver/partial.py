@@ -15,9 +15,11 @@ chunks are cut in a fixed order (carried groups first, by stream position), so a
 continues each sequence with the same tokens as an uninterrupted one.
 """
 import copy
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 from launcher.contract.messages import Generation, GenerationRequest, SamplingParams
+from launcher.driver.checkpoint import ResumeError
 from launcher.driver.rollout import score_group
 
 
@@ -93,11 +95,11 @@ def continuation_chunks(groups: list[PartialGroup], prompt_ids: list[list[int]],
                   key=lambda r: (-r.max_tokens, r.group, r.sample))
     cuts = [rows[i:i + rows_per_chunk] for i in range(0, len(rows), rows_per_chunk)]
     cuts = [part for cut in cuts for part in _split_by_max_tokens(cut)]
-    sampling = [SamplingParams(max_tokens=cut[0].max_tokens, temperature=alg.temperature, top_p=alg.top_p)
-                for cut in cuts]
     return [(cut, GenerationRequest(prompts=[prompt_ids[r.group] + groups[r.group].tokens[r.sample] for r in cut],
-                                    seed=seed_of(c), sampling=sp))
-            for c, (cut, sp) in enumerate(zip(cuts, sampling, strict=True))]
+                                    seed=seed_of(c), sampling=SamplingParams(max_tokens=cut[0].max_tokens,
+                                                                             temperature=alg.temperature,
+                                                                             top_p=alg.top_p)))
+            for c, cut in enumerate(cuts)]
 
 
 def _split_by_max_tokens(rows: list[_Row]) -> list[list[_Row]]:
@@ -125,15 +127,12 @@ def generate_round(rt, round_index: int, groups: list[PartialGroup], rows_per_ch
     """Continue every unfinished sample of `groups` by one budget; score the groups that end
     complete as their last chunk comes back, return the others to carry. `on_done(n)`: a chunk
     of n sequences is back (the progress bar)."""
-    alg, samples = rt.config.algorithm, rt.config.algorithm.samples_per_prompt
+    alg = rt.config.algorithm
     problems = [rt.stream.problem(g.data_index) for g in groups]
     prompt_ids = [rt.tokenizer.encode(p.prompt) for p in problems]
     chunks = continuation_chunks(groups, prompt_ids, alg, rows_per_chunk, seed_of)
     pending = {rt.engines.submit(request, c): rows for c, (rows, request) in enumerate(chunks)}
-    rows_left = [0] * len(groups)
-    for rows, _ in chunks:
-        for r in rows:
-            rows_left[r.group] += 1
+    rows_left = Counter(r.group for rows, _ in chunks for r in rows)
     result = RoundResult(scored=[], carried_out=[], tokens=0)
     while pending:
         for ref in rt.engines.wait_done(list(pending)):
@@ -142,16 +141,26 @@ def generate_round(rt, round_index: int, groups: list[PartialGroup], rows_per_ch
             for i, r in enumerate(rows):
                 groups[r.group].absorb(r.sample, gen, i)
                 rows_left[r.group] -= 1
-            for g in sorted({r.group for r in rows if not rows_left[r.group]}):
-                if groups[g].complete(alg.max_response_len):
-                    result.scored.append((round_index, g, score_group(
-                        problems[g], prompt_ids[g], groups[g].as_generation(), range(samples), rt.scorer,
-                        rt.tokenizer, rt.algorithm)))
-                else:
+            for g in sorted({r.group for r in rows if not rows_left[r.group]}):  # its last chunk is back
+                if not groups[g].complete(alg.max_response_len):
                     result.carried_out.append(groups[g])
+                    continue
+                result.scored.append((round_index, g, score_group(
+                    problems[g], prompt_ids[g], groups[g].as_generation(), range(alg.samples_per_prompt),
+                    rt.scorer, rt.tokenizer, rt.algorithm)))
             on_done(len(rows))
     result.carried_out.sort(key=lambda g: g.data_index)
     return result
+
+
+def _check_group_size(carried: list[PartialGroup], samples: int) -> None:
+    """A checkpoint's carried groups were cut with the samples_per_prompt of the run that saved it."""
+    sizes = sorted({len(g.tokens) for g in carried} - {samples})
+    if sizes:
+        raise ResumeError(f"the checkpoint carries unfinished groups of {sizes[0]} samples (partial rollouts) but "
+                          f"algorithm.samples_per_prompt={samples}: a group is scored and trained whole. Resume with "
+                          f"algorithm.samples_per_prompt={sizes[0]}, or start the run afresh (run.resume=never with a "
+                          "new run.name).")
 
 
 def active(rt) -> bool:
@@ -169,6 +178,7 @@ class StepCarry:
     def __init__(self, rt):
         self.rt = rt
         self.carried_in = from_state(rt.state.carried)
+        _check_group_size(self.carried_in, rt.config.algorithm.samples_per_prompt)
         self.sequences_in = sum(not g.done(s, rt.config.algorithm.max_response_len)
                                 for g in self.carried_in for s in range(len(g.tokens)))
         self.carried_out: list[PartialGroup] = []

@@ -7,8 +7,9 @@ script asks Slurm for (`--signal=B:USR1@<grace>`) and the RayJob manifest gives 
 
 A signal during generation (every round of dynamic sampling included) drops the step: the
 engines finish the chunk each is on (one wave of max_response_len decode steps; with partial
-rollouts, of the step's token budget), then the trainer takes the GPUs back (the swap). A signal just as training starts waits for the rest of
-the step: the log-prob pass, training and the weight sync. Either comes before the write of
+rollouts, of the step's token budget), then the trainer takes the GPUs back (the swap). A
+signal just as training starts waits for the rest of the step: the log-prob pass, training and
+the weight sync. Either comes before the write of
 the last completed step and STOP_S for Ray's shutdown. The estimates are plan/timing.py's and
 plan/sync.py's: pessimistic constants, so the grace errs long.
 """

@@ -89,7 +89,7 @@ def test_carried_sequences_finish_on_the_next_version_and_survive_a_resume(launc
     assert code == 0, err[-3000:]
     rows = [r for r in whole.metrics() if "reward" in r]
     assert rows[0]["partial_carried_out"] == 8 and rows[0]["groups_kept"] == 0  # 4 groups of 2, none done
-    assert all(r["partial_carried_in"] == prev["partial_carried_out"] for prev, r in zip(rows, rows[1:]))
+    assert all(r["partial_carried_in"] == prev["partial_carried_out"] for prev, r in zip(rows, rows[1:], strict=False))
     assert all(r["staleness_max"] <= 1 for r in rows)
     samples = _samples(whole)
     spanning = [s for s in samples if len(set(s["token_versions"])) > 1]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from launcher.contract.spec import ActorSpec
-from launcher.driver.checkpoint import DRIVER_FILE, DriverState, load_driver_state
+from launcher.driver.checkpoint import DRIVER_FILE, DriverState, ResumeError, load_driver_state
 from launcher.driver.data import PromptStream
 from launcher.driver.loop_sync import fill_groups
 from launcher.driver.no_signal import NoSignalWatch
@@ -160,3 +160,11 @@ def test_the_plan_prices_a_round_at_the_budget_not_the_longest_response(point):
                 "algorithm.max_staleness=7")
     assert cut.of("PART004") == [] and cut.plan.timing.decode_step_s == full.decode_step_s
     assert cut.plan.timing.generation_round_s == pytest.approx(full.generation_round_s / 8)
+
+
+def test_a_resume_with_other_group_sizes_is_refused_naming_the_key():
+    state = DriverState(step=2, carried=to_state([PartialGroup.fresh(0, 4)]))
+    rt = SimpleNamespace(config=_config(), state=state)
+    with pytest.raises(ResumeError, match=r"groups of 4 samples .* algorithm\.samples_per_prompt=2.*"
+                                          r"Resume with algorithm\.samples_per_prompt=4"):
+        StepCarry(rt)
