@@ -134,6 +134,34 @@ def test_async_placement_trains_while_the_engine_generates(tmp_path):
     assert any(r["staleness_mean"] > 0 for r in rows[1:]), "the engine never ran behind the trainer"
 
 
+IN_FLIGHT = [*ASYNC, "inference.update_mode=in_flight", "logging.samples=true", "run.steps=5",
+             "checkpoint.every_steps=1", "checkpoint.keep=10", "algorithm.prompts_per_step=4",
+             "algorithm.mini_batch_prompts=4", "algorithm.samples_per_prompt=4", "algorithm.max_response_len=100",
+             "inference.max_model_len=112", "inference.concurrency_per_engine=8", "algorithm.name=dapo",
+             "algorithm.overlong.buffer_len=90", "algorithm.dynamic_sampling.enabled=false"]
+"""Long responses (the random-init model rarely stops before max_response_len) in chunks of two
+groups, so the engine is mid-chunk when the trainer finishes a step. The copy task's reward is
+~0 at this length; DAPO's overlong penalty from 10 tokens on makes rewards differ within a
+group, so every step moves the weights and each version's log-probs are its own."""
+
+
+def test_in_flight_updates_continue_the_same_requests_on_the_new_weights(tmp_path):
+    """inference.update_mode=in_flight with vLLM: an update lands between two engine steps of a
+    chunk, whose requests continue with their KV cache; vLLM's weight-version spans give each
+    token's version. A sequence spanning two versions is checked token by token against the
+    versions' own weights (the trainer's checkpoint of each step), replayed over a kept cache."""
+    from launcher.config.compose import compose
+    from tests.behaviour_logprobs import check_spanning_sequences, version_models
+
+    rows = _launch(tmp_path, *IN_FLIGHT)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert max(r["version_span_max"] for r in rows) >= 1, [r["version_span_max"] for r in rows]
+    assert all(r["staleness_max"] <= 1 for r in rows)  # judged on the oldest token
+    config = compose(["recipe=tiny_qwen3_vllm", *IN_FLIGHT]).config
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    check_spanning_sequences(samples, version_models(tmp_path, config), config.algorithm.temperature, tol=LOGP_TOL)
+
+
 def test_adapter_sync_serves_the_trainers_lora(tmp_path, probes):
     steps = 3
     _launch(tmp_path, f"run.steps={steps}", "trainer.lora.rank=8", "trainer.lora.merge=false",
@@ -330,6 +358,7 @@ def test_generation_returns_the_moe_routes_in_the_hf_layout():
     from launcher.plan import make_plan
     from launcher.workers.hf.routing import routes_grid
     from launcher.workers.vllm.engine import VllmEngine
+    from launcher.vllm_release import RELEASES
     from launcher.workers.vllm.routes import moe_layer_indices
 
     cfg = compose(["recipe=tiny_grpo", "algorithm.routing_replay=true"]).config
@@ -340,6 +369,7 @@ def test_generation_returns_the_moe_routes_in_the_hf_layout():
     engine.llm, engine._asleep, engine.concurrency, engine.eos_id, engine._lora = (
         _FakeLlm(layers, arch.num_experts_per_tok), set(), 2, 0, None)
     engine._request_ids, engine.version, engine.returns_routes = itertools.count(), 4, True
+    engine._finished, engine.release = {}, RELEASES["0.32"]
     engine._route_shape = dict(moe_layers=moe_layer_indices(layers), num_layers=len(layers),
                                top_k=arch.num_experts_per_tok, n_experts=arch.n_routed_experts)
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]

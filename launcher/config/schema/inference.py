@@ -43,7 +43,7 @@ class InferenceConfig:
     `between_chunks`: after the chunks queued on it (a chunk lasts as long as its longest
     sequence). `in_flight`: at the next token boundary; the same sequences continue on the new
     weights with their KV cache kept, each token carrying the policy version that produced it
-    (max_staleness is judged on a sequence's oldest token). hf engine, async placement (INF014-016)."""
+    (max_staleness is judged on a sequence's oldest token). Async placement; vLLM >= 0.32 (INF014-016)."""
     concurrency_per_engine: int = 128
     """Requests in flight per engine; x engines must stay within router.queue_size."""
     router: RouterConfig = field(default_factory=RouterConfig)

@@ -2,6 +2,7 @@
 generated, weight_sync/update_gate.py): what can take an update mid-chunk, refused before Ray."""
 from launcher.config.schema.choices import InferenceBackendName, PlacementMode, UpdateMode
 from launcher.validate.registry import error, rule
+from launcher.vllm_release import installed_version, release_of
 
 
 def _in_flight(cfg) -> bool:
@@ -9,15 +10,22 @@ def _in_flight(cfg) -> bool:
 
 
 @rule("INF014")
-def in_flight_needs_the_hf_engine(cfg, plan):
-    """Only the hf engine pauses a chunk between its decode steps for an update."""
-    if _in_flight(cfg) and cfg.inference.backend is InferenceBackendName.vllm:
-        yield error("inference.update_mode", "inference.update_mode=in_flight with inference.backend=vllm",
-                    "The vllm backend's engine runs each chunk as one actor call driving vLLM's LLMEngine step by "
-                    "step, and lets no weight update in between its steps: an update waits for the chunk. (vLLM's "
-                    "AsyncLLM has pause_generation(mode='keep'), which keeps requests and their cache across an "
-                    "update: launcher/vllm_release.py says in which releases; this backend does not use it yet.)",
-                    "Use inference.update_mode=between_chunks with vLLM, or inference.backend=hf.")
+def in_flight_needs_weight_version_spans(cfg, plan):
+    """A vLLM engine pauses an in-flight chunk between two of its engine steps for an update;
+    which version sampled which token it learns from vLLM's weight-version spans, which the
+    installed release must have (launcher/vllm_release.py). Not checked where vLLM is not
+    installed (pre-commit): the engine then fails to import."""
+    version = installed_version()
+    release = release_of(version) if version else None
+    if not _in_flight(cfg) or cfg.inference.backend is not InferenceBackendName.vllm or release is None:
+        return
+    if not release.weight_version_spans:
+        yield error("inference.update_mode", f"inference.update_mode=in_flight with vLLM {version} installed",
+                    f"vLLM {release.line}'s outputs do not say which weight version sampled which token (no "
+                    "CompletionOutput.weight_versions), so a sequence spanning an update could not carry its "
+                    "per-token versions, which algorithm.max_staleness and the metrics judge.",
+                    "Use inference.update_mode=between_chunks with this vLLM, install vllm 0.32.x, or use "
+                    "inference.backend=hf.")
 
 
 @rule("INF015")
@@ -36,7 +44,9 @@ def in_flight_needs_async_placement(cfg, plan):
 def in_flight_recorders_without_evaluation(cfg, plan):
     """A held-out evaluation runs while a training chunk is paused mid-generation; the hf
     engine's route and indexer recorders hook the model per request, so the paused chunk's
-    hooks would also record the evaluation's forwards."""
+    hooks would also record the evaluation's forwards (vLLM returns routes per request)."""
+    if cfg.inference.backend is not InferenceBackendName.hf:
+        return
     alg, run = cfg.algorithm, cfg.run
     records = [k for k in ("routing_replay", "routing_agreement", "indexer_replay", "indexer_agreement")
                if getattr(alg, k)]

@@ -4,7 +4,8 @@ A streamed update (weight_sync.messages.WeightUpdate, then WeightBuckets) runs t
 launcher/weight_sync/receive.py: "weights" buckets (merged weights by HF name, or an adapter's frozen base
 on the first sync and after a level-2 sleep) go straight into vLLM's layerwise reload as
 they arrive, opened at begin and finalised at finish; "adapter" buckets are kept and
-served as one LoRA at finish. No generate runs in between. The GPU transfers (CUDA IPC
+served as one LoRA at finish. No generate runs in between, except an in-flight chunk
+(inference.update_mode: in_flight), paused between two engine steps until finish. The GPU transfers (CUDA IPC
 colocated, NCCL async) bypass the buckets: the trainer drives them through
 `VllmTransfer.trainer_sender` (launcher/weight_sync/transports/vllm_engine.py) and the
 transfer_* methods here.
@@ -35,10 +36,16 @@ class VllmInference(EngineBase):
         # eos_id (one id) goes into a random-init model's config.json; requests stop on all of them.
         self.engine.eos_id = tok.eos_ids
         self._adapter_dir = tempfile.mkdtemp(prefix=f"vllm-adapter-{engine_index}-")
+        self._transferring = False
+        """Between transfer_start and a successful transfer_finish (the gate is held)."""
 
     def generate(self, request: GenerationRequest) -> Generation:
-        self._refuse_mid_update()
-        return self.engine.generate(request)
+        """An in-flight request (inference.update_mode: in_flight) lets a weight update in
+        between two engine steps (weight_sync/update_gate.py); any other waits for it."""
+        if not request.in_flight:
+            self._refuse_mid_update()
+        with self.gate.in_flight() if request.in_flight else self.gate.holding():
+            return self.engine.generate(request, boundary=self.gate.boundary if request.in_flight else None)
 
     def loaded_base(self) -> dict | None:
         return self.engine.loaded_base()
@@ -67,18 +74,34 @@ class VllmInference(EngineBase):
         self.engine.wake()
 
     # GPU weight transfer steps, called by vllm_engine.EngineGroupClient on the trainer side.
+    # Like a streamed update, a transfer holds the model from start to finish: an in-flight
+    # chunk pauses at its next engine step for it.
 
     def transfer_init(self, init_info: dict) -> None:
         self.engine.transfer_init(init_info)
 
     def transfer_start(self) -> None:
-        self.engine.transfer_start()
+        if not self._transferring:  # a failed transfer still holds the gate
+            self.gate.hold()
+            self._transferring = True
+        self._transfer_step(self.engine.transfer_start)
 
     def transfer_update(self, update_info: dict) -> None:
-        self.engine.transfer_update(update_info)
+        self._transfer_step(self.engine.transfer_update, update_info)
 
     def transfer_finish(self, weight_version: str | None) -> None:
-        self.engine.transfer_finish(weight_version)
+        self._transfer_step(self.engine.transfer_finish, weight_version)
+        self._transferring = False
+        self.gate.release()
+
+    def _transfer_step(self, step, *args) -> None:
+        """A failed step leaves the weights half-written: a chunk paused for it fails too."""
+        try:
+            step(*args)
+        except Exception as err:
+            self.gate.fail(f"{self.who}: GPU weight transfer failed ({type(err).__name__}: {err}), so the chunk it "
+                           "paused cannot go on on half-loaded weights")
+            raise
 
     def transfer_shutdown(self) -> None:
         self.engine.transfer_shutdown()

@@ -8,6 +8,9 @@ CPU that is the only mode in which in-process weight reloads work.
 With algorithm.routing_replay / routing_agreement each generation carries the MoE routes
 vLLM captured (enable_return_routed_experts), in the hf engine's layout (routes.py); GPU only
 (ROUTE002: vLLM captures routes in Model Runner V2, which needs Triton).
+With inference.update_mode in_flight a weight update may arrive while a chunk is generating:
+the actor's gate pauses the chunk between two engine steps (generate's `boundary`), the update
+runs, and the same requests go on from vLLM's scheduler with their KV cache.
 """
 import itertools
 import logging
@@ -75,7 +78,8 @@ def _engine_arg_names() -> list[str]:
 class VllmEngine(ServedWeights):
     def __init__(self, cfg, plan, *, eos_id: int, pad_id: int, seed: int, engine_index: int = 0):
         try:
-            _set_process_env(cfg, installed_release())  # before `import vllm`; names a missing or unknown vLLM
+            self.release = installed_release()  # names a missing or unknown vLLM
+            _set_process_env(cfg, self.release)  # before `import vllm`
             from vllm import LLM
             from vllm.platforms import current_platform
         except ImportError as err:
@@ -124,43 +128,79 @@ class VllmEngine(ServedWeights):
         self._expected: dict | None = None
         self._manifest: SyncManifest | None = None
         """Checkpoint names received by the update in progress (the sync manifest)."""
+        self._finished: dict = {}
+        """request id -> CompletionOutput of finished requests not yet taken by their generate call."""
+        self._label_version()
 
     # ---- generation -------------------------------------------------------------------------
 
-    def generate(self, request: GenerationRequest) -> Generation:
+    def generate(self, request: GenerationRequest, boundary=None) -> Generation:
         """One response per prompt (a group repeats its prompt); sequence i is seeded seed + i.
 
         At most concurrency_per_engine requests are inside vLLM at once; the next is added
         as soon as one finishes, so the engine stays full without an unbounded queue.
+        `boundary`, called before every engine step of an in-flight request
+        (GenerationRequest.in_flight), lets a waiting weight update in there (the actor's
+        update gate): the requests stay in vLLM's scheduler with their KV cache and continue on
+        the new weights, and vLLM's weight-version spans say which version sampled which token.
         """
         if self._asleep:
             raise RuntimeError(f"vllm engine {self.engine_index} was asked to generate while asleep; wake() first")
-        from vllm.inputs import TokensPrompt
-
-        engine = self.llm.llm_engine
-        inputs = self.llm.renderer.render_cmpl([TokensPrompt(prompt_token_ids=list(p)) for p in request.prompts])
-        pending = deque(enumerate(inputs))
+        pending = deque(enumerate(request.prompts))
         in_flight: dict[str, int] = {}
-        results: list[tuple | None] = [None] * len(request.prompts)
-        routes: list | None = [None] * len(request.prompts) if self.returns_routes else None
+        outputs: list = [None] * len(request.prompts)
         while pending or in_flight:
             while pending and len(in_flight) < self.concurrency:
                 row, prompt = pending.popleft()
-                request_id = f"r{next(self._request_ids)}"
-                engine.add_request(request_id, prompt,
-                                   vllm_sampling_params(request.sampling, self.eos_id, request.seed + row),
-                                   lora_request=self._lora)
-                in_flight[request_id] = row
-            for output in engine.step():
-                if output.finished:
-                    row = in_flight.pop(output.request_id)
-                    results[row] = tokens_and_logprobs(output.outputs[0])
-                    if routes is not None:
-                        seq_len = len(request.prompts[row]) + len(results[row][0])
-                        routes[row] = to_routes(output.outputs[0].routed_experts, seq_len, **self._route_shape)
+                in_flight[self._add_request(prompt, request, row)] = row
+            if boundary is not None:
+                boundary()
+            self._step()
+            for request_id in [r for r in in_flight if r in self._finished]:
+                outputs[in_flight.pop(request_id)] = self._finished.pop(request_id)
+        return self._generation(request, outputs)
+
+    def _add_request(self, prompt: list[int], request: GenerationRequest, row: int) -> str:
+        """Admit one prompt, salted with the version it is admitted under: vLLM's prefix cache
+        then never hands it blocks another version computed, which a reset after an update
+        cannot clear while an in-flight chunk's requests still run."""
+        from vllm.inputs import TokensPrompt
+
+        prompt = TokensPrompt(prompt_token_ids=list(prompt), cache_salt=f"v{self.version}")
+        rendered, = self.llm.renderer.render_cmpl([prompt])
+        request_id = f"r{next(self._request_ids)}"
+        self.llm.llm_engine.add_request(request_id, rendered,
+                                        vllm_sampling_params(request.sampling, self.eos_id, request.seed + row),
+                                        lora_request=self._lora)
+        return request_id
+
+    def _step(self) -> None:
+        """One engine step; finished requests wait in `_finished` for whichever generate call
+        admitted them (an evaluation run during a paused in-flight chunk steps its requests too)."""
+        for output in self.llm.llm_engine.step():
+            if output.finished:
+                self._finished[output.request_id] = output.outputs[0]
+
+    def _generation(self, request: GenerationRequest, outputs: list) -> Generation:
+        results = [tokens_and_logprobs(out) for out in outputs]
         tokens, logprobs, finished = (list(column) for column in zip(*results, strict=True))
-        return Generation(tokens=tokens, logprobs=logprobs, finished=finished, policy_version=self.version,
-                          token_versions=[[self.version] * len(t) for t in tokens], routes=routes)
+        token_versions = [self._token_versions(out) for out in outputs]
+        routes = None
+        if self.returns_routes:
+            routes = [to_routes(out.routed_experts, len(prompt) + len(toks), **self._route_shape)
+                      for out, prompt, toks in zip(outputs, request.prompts, tokens, strict=True)]
+        return Generation(tokens=tokens, logprobs=logprobs, finished=finished,
+                          policy_version=min((min(v) for v in token_versions if v), default=self.version),
+                          token_versions=token_versions, routes=routes)
+
+    def _token_versions(self, output) -> list[int]:
+        """The policy version that sampled each token: vLLM's weight-version spans (labelled
+        by `_updated`), or on a release without them the version served now (a request
+        there never spans an update: INF014)."""
+        spans = getattr(output, "weight_versions", None) if self.release.weight_version_spans else None
+        if not spans:
+            return [self.version] * len(output.token_ids)
+        return [int(span.version) for span in spans for _ in range(span.end - span.start)]
 
     # ---- colocation -------------------------------------------------------------------------
 
@@ -233,9 +273,17 @@ class VllmEngine(ServedWeights):
         self._updated(version)
 
     def _updated(self, version: int) -> None:
-        # Cached prefixes hold K/V computed by the old weights.
-        self.llm.reset_prefix_cache()
+        """Serve `version`: later tokens are labelled with it (weight-version spans), and
+        cached prefixes, which hold K/V of the old weights, go. With requests in flight vLLM
+        cannot drop them; the version salt of every admission (`_add_request`) keeps them apart."""
+        if not self.llm.llm_engine.has_unfinished_requests():
+            self.llm.reset_prefix_cache()
         self.version = version
+        self._label_version()
+
+    def _label_version(self) -> None:
+        if self.release.weight_version_spans:
+            self.llm.llm_engine.set_weight_version(str(self.version))
 
     # ---- adapter sync -----------------------------------------------------------------------
 

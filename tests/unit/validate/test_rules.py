@@ -412,7 +412,6 @@ CASES = [
                                     "trainer.lora.targets=[q_proj,v_proj]", "trainer.lora.merge=false",
                                     "inference.lora_targets=[q_proj,v_proj,experts]"],
       E, "trainer.lora.merge", "adapter sync into a vLLM engine on CPU"),
-    C("INF014", "dapo_async", ["inference.update_mode=in_flight"], E, "inference.update_mode", "backend=vllm"),
     C("INF015", "tiny_grpo", ["inference.update_mode=in_flight"], E, "inference.update_mode", "placement.mode=colocated"),
     C("INF016", "dapo_async", ["inference.backend=hf", "inference.update_mode=in_flight",
                                "algorithm.routing_agreement=true", "run.eval_every_steps=5"], E, "inference.update_mode",
@@ -523,9 +522,9 @@ def _marks(rule: str, bug: str | None = None) -> list:
 
 
 PASSES = sorted({(c.rule, c.base) for c in CASES if not c.bug})
-INSTALLED_VLLM_RULES = {"INF012", "INF013"}
+INSTALLED_VLLM_RULES = {"INF012", "INF013", "INF014"}
 """Rules that read the installed vLLM's version, which no override sets: their cases set the
-version the rule sees (tests/unit/validate/test_vllm_release.py)."""
+version the rule sees (tests/unit/validate/test_vllm_release.py, test_in_flight_release.py)."""
 
 
 def test_every_rule_has_a_failing_and_a_passing_case():
