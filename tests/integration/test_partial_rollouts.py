@@ -14,6 +14,9 @@ log-prob over the whole sequence before it (tests/behaviour_logprobs.py full_seq
 Then a run resumed from a checkpoint that holds a carried group repeats the uninterrupted
 run's later steps exactly. The tiny model runs without its top-k choices (dense MLPs, index_topk
 above the lengths), as in test_in_flight_updates.py: batched and one-sequence forwards agree to 1e-4.
+Measured (seed 0): 5 spanning sequences, each token within 5e-7 of its own version's log-prob
+and 1.6e-2 to 5.5e-2 away from the older version's on the newer tokens. Two launches: 24 s + 40 s
+of start-up with the machine loaded, 2 min in all (the steps themselves take under a second).
 """
 import json
 import os
