@@ -68,6 +68,8 @@ def staleness_covers_the_longest(cfg, plan):
                     f"algorithm.max_staleness={cfg.algorithm.max_staleness} with {KEY}={_budget(cfg)} and "
                     f"algorithm.max_response_len={cfg.algorithm.max_response_len}",
                     f"A response of max_response_len tokens is generated over {steps_to_finish(cfg)} steps, so its "
-                    f"first token is {need} policy version(s) old when its group trains; a lower bound would drop "
-                    "exactly the longest responses' groups and bias training towards short ones.",
+                    f"first token is {need} policy version(s) old when its group trains (the sync loop never "
+                    "drops it: each step continues every carried sequence, so no token gets older than that). "
+                    "max_staleness is the age the run accepts; holding a lower one would mean dropping exactly "
+                    "the longest responses' groups, biasing training towards short ones.",
                     f"Set algorithm.max_staleness >= {need}, or raise {KEY}.")
