@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The vLLM engine on one H200 (vLLM 0.26 over the image's torch 2.11; started by
-# benchmarks/h200_vllm.sh), on the Qwen3-30B-A3B 4-layer slice (model=qwen3_moe_4layer):
+# The vLLM engine on one H200 (started by benchmarks/h200_vllm.sh over the image's torch 2.11).
+# Route 1, vLLM 0.26, on the Qwen3-30B-A3B 4-layer slice (model=qwen3_moe_4layer):
 #   bench    benchmarks/engine_generation.py: hf vs vLLM generate, same model and batch, 64 and 256
 #            sequences x 256 tokens, against the bandwidth floor; vLLM's sleep and wake
 #   main     benchmarks/main_job.py --profile qmoe: GRPO through `python -m launcher`, hf trainer, LoRA
@@ -14,10 +14,23 @@
 #   adapter  3 steps with adapter sync (trainer.lora.merge=false): vLLM 0.26 failed its first sync on
 #            2026-12-04; INF013 now refuses it before Ray (exit 1)
 #   hf       2 steps of the same job with the hf engine
-#   bash benchmarks/vllm_job_h200.sh [bench] [ckpt] [main] [replay] [adapter] [hf]      (default: all)
+# Route 2, vLLM 0.34 (then 0.33), on the GLM-5.3-Flash 4-layer slice (model=glm5_3_flash_4layer; checked
+# against the wheels' source only, docs/vllm_route2.md: INF012 warns):
+#   probe    versions; each vLLM extension GLM needs imported over torch 2.11 (the stable-ABI builds);
+#            TileLang; the nvcc DeepGEMM's JIT would use (CUDA_HOME) and its version. Seconds.
+#   glmbench benchmarks/engine_generation.py on the GLM slice: hf vs vLLM generate, 64 and 256 x 256
+#            tokens against the bandwidth floor (~10 ms a decode step), sleep and wake
+#   glm      benchmarks/main_job.py --profile slice4 inference.backend=vllm algorithm.routing_replay=true:
+#            the Megatron trainer and the vLLM engine colocated, LoRA merged through CUDA IPC, routes
+#            from vLLM replayed, sleep and wake, Ctrl-C after step 3, resume to step 6, merged export
+#   glmckpt  the same from a real-format checkpoint with adapter sync (trainer.lora.merge=false): vLLM reads
+#            the base, the LoRA adapter (GLM's fused projections: launcher/workers/vllm/glm_lora_patch.py)
+#            goes to vLLM's LoRA every step; `export --adapter`
+#   bash benchmarks/vllm_job_h200.sh [PART ...]      (default: route 1's bench ckpt main replay adapter hf)
 set -u
 parts=${*:-bench ckpt main replay adapter hf}
 python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+glm=(--profile slice4 inference.backend=vllm)
 common=(recipe=tiny_grpo_chat algorithm.prompts_per_step=16 algorithm.mini_batch_prompts=16 algorithm.samples_per_prompt=4
         model=qwen3_moe_4layer cluster=h200x1 inference.engines=1 trainer.backend=hf trainer.lora.rank=16
         trainer.lora.alpha=32 trainer.optimizer.lr=1e-4 "trainer.lora.targets=[q_proj,k_proj,v_proj,o_proj]"
@@ -37,5 +50,26 @@ for part in $parts; do
                  echo "adapter run exit $?" ;;
         hf) python3 -m launcher "${common[@]}" inference.backend=hf run.steps=2 run.name=hf_engine >"$JOB/hf_engine.log" 2>&1
             echo "hf engine run exit $?" ;;
+        probe) python3 - <<'EOF'
+import importlib, os, subprocess
+for name in ("vllm._C_stable_libtorch", "vllm._moe_C_stable_libtorch", "vllm._flashmla_C", "vllm._flashkda_C",
+             "vllm._deepselect_C", "vllm.vllm_flash_attn._vllm_fa3_C", "vllm.cumem_allocator",
+             "vllm.third_party.deep_gemm", "tilelang", "vllm.models.glm5next.common.model"):
+    try:
+        importlib.import_module(name)
+        print("import ok  ", name)
+    except Exception as err:  # the first line of each failure is the evidence route 2 wants
+        print("import FAIL", name, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+from launcher.workers.vllm.glm_start import deep_gemm_nvcc
+nvcc = deep_gemm_nvcc()
+version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.split(", ")[-2:] if nvcc else ""
+print("CUDA_HOME", os.environ.get("CUDA_HOME"), "| DeepGEMM's nvcc", nvcc, version)
+EOF
+            ;;
+        glmbench) python3 benchmarks/engine_generation.py model=glm5_3_flash_4layer model.dtype=bfloat16 \
+                      --out "$JOB/glm_generation.json" 2>&1 | grep -v -e WARNING -e Warning -e warnings.warn ;;
+        glm) python3 benchmarks/main_job.py "$JOB/glm" "${glm[@]}" algorithm.routing_replay=true ;;
+        glmckpt) python3 benchmarks/main_job.py "$JOB/glm_ckpt" "${glm[@]}" --from-checkpoint trainer.lora.merge=false
+                 rm -rf "$JOB/glm_ckpt/hf_checkpoint" ;;
     esac
 done
