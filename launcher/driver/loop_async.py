@@ -33,6 +33,7 @@ import collections
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from launcher.driver.partial import refuse_in_async
 from launcher.driver.rollout import chunk_seed, groups_per_chunk
 from launcher.driver.runtime import Runtime
 from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
@@ -120,6 +121,7 @@ class _Batcher:
 
 
 def run_async(rt: Runtime) -> None:
+    refuse_in_async(rt.state)
     wanted = rt.config.algorithm.prompts_per_step
     # Never hold more than the staleness bound lets the trainer use.
     capacity = max(1, min(QUEUE_STEPS, rt.config.algorithm.max_staleness)) * wanted

@@ -163,6 +163,16 @@ def _check_group_size(carried: list[PartialGroup], samples: int) -> None:
                           "new run.name).")
 
 
+def refuse_in_async(state) -> None:
+    """The async loop has no partial rollouts (PART002): a checkpoint of a colocated run that
+    carries unfinished groups would have them silently dropped there."""
+    if state.carried:
+        raise ResumeError(f"the checkpoint carries {len(state.carried)} unfinished groups (algorithm.partial_rollout "
+                          "in the colocated loop), which placement.mode=async does not continue: resume with "
+                          "placement.mode=colocated until they are trained, or start the run afresh (run.resume=never "
+                          "with a new run.name).")
+
+
 def active(rt) -> bool:
     """Partial rollouts run when configured, and on a resume that turned them off until the
     checkpoint's carried groups are finished (then with max_response_len as the budget)."""

@@ -168,3 +168,11 @@ def test_a_resume_with_other_group_sizes_is_refused_naming_the_key():
     with pytest.raises(ResumeError, match=r"groups of 4 samples .* algorithm\.samples_per_prompt=2.*"
                                           r"Resume with algorithm\.samples_per_prompt=4"):
         StepCarry(rt)
+
+
+def test_the_async_loop_refuses_a_checkpoint_carrying_groups_rather_than_dropping_them():
+    from launcher.driver.partial import refuse_in_async
+
+    with pytest.raises(ResumeError, match=r"carries 1 unfinished groups .* placement\.mode=async does not continue"):
+        refuse_in_async(DriverState(step=2, carried=to_state([PartialGroup.fresh(0, 4)])))
+    refuse_in_async(DriverState(step=2))
