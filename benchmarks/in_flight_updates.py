@@ -39,11 +39,13 @@ def run_mode(mode: str, out_dir: Path, args) -> list[dict]:
 
 def _per_sample(rows: list[dict], key: str) -> float:
     """`key` over every sample the rows' steps generated: a step row's reward and length are
-    its newly generated groups' (launcher/driver/step.py generation_summary), and a step that
-    trained on queued groups while none finished has 0 there for none, so rows weigh by their
-    groups (each of algorithm.samples_per_prompt samples); nan when none were generated."""
-    groups = sum(r["groups_generated"] for r in rows)
-    return sum(r[key] * r["groups_generated"] for r in rows) / groups if groups else float("nan")
+    means over its newly generated groups (launcher/driver/step.py generation_summary), so rows
+    weigh by their groups (each of algorithm.samples_per_prompt samples); a step that trained
+    on queued groups while none finished has null there and weighs nothing; nan when no row
+    generated a group."""
+    have = [r for r in rows if r[key] is not None]
+    groups = sum(r["groups_generated"] for r in have)
+    return sum(r[key] * r["groups_generated"] for r in have) / groups if groups else float("nan")
 
 
 def summary(rows: list[dict]) -> dict:

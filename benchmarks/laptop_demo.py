@@ -36,10 +36,10 @@ def table(steps: list[dict], evals: list[dict], wall_s: float, startup_s: float)
              f"{'train reward':>14}{'len':>6}"]
     by_step = {m["step"]: m for m in steps}
     for e in evals:
-        train = by_step.get(e["step"], {})
+        reward = by_step.get(e["step"], {}).get("reward")  # null: the step generated no sample (async)
         lines.append(f"{e['step']:>5}{elapsed.get(e['step'], startup_s):>9.0f}{e['eval/greedy_acc']:>12.3f}"
                      f"{e['eval/greedy_reward']:>15.3f}{e.get('eval/mean_at_k_acc', float('nan')):>12.3f}"
-                     f"{train.get('reward', float('nan')):>14.3f}{e['eval/response_len']:>6.1f}")
+                     f"{float('nan') if reward is None else reward:>14.3f}{e['eval/response_len']:>6.1f}")
     first = next((e["step"] for e in evals if e["eval/greedy_acc"] >= TARGET_ACC), None)
     ok = first is not None and wall_s < TARGET_S
     lines += ["", f"wall time {wall_s:.0f} s (start-up and teardown ~{startup_s:.0f} s), {len(steps)} steps; first "

@@ -16,6 +16,12 @@ Each launch first writes a start-up row, `{"step": N, "startup": {actor: {phase:
 are rows of their own, `{"step": N, "eval/...": ...}`, written after step N's training row
 (step 0: before the first step); a row is a training row when it has `reward`, an evaluation
 row when it has `eval/n`, the start-up row when it has `startup`.
+
+A training row's means over the step's generated samples (step.SAMPLE_MEANS: reward,
+accuracy, response_len, ...) are null when it generated none: an async step may train on
+groups queued earlier while no new group finished, and so may a sync step with partial
+rollouts whose groups were all carried on. The console prints `-` for them, the curves skip
+them, and wandb is not sent them (wandb_values).
 """
 import json
 import os
@@ -36,9 +42,14 @@ def _fmt_duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+def _fixed(value: float | None, spec: str) -> str:
+    """`value` formatted by `spec`, or `-` for a mean the step had no sample for."""
+    return "-" if value is None else format(value, spec)
+
+
 def console_line(m: dict) -> str:
-    line = (f"step {m['step']:>4}/{m['steps']} | reward {m['reward']:.3f} acc {m['accuracy']:.2f} | "
-            f"kl {max(m.get('kl', 0.0), 0.0):.4f} ent {m.get('entropy', 0.0):.3f} | len {m['response_len']:.1f} | "
+    line = (f"step {m['step']:>4}/{m['steps']} | reward {_fixed(m['reward'], '.3f')} acc {_fixed(m['accuracy'], '.2f')} | "
+            f"kl {max(m.get('kl', 0.0), 0.0):.4f} ent {m.get('entropy', 0.0):.3f} | len {_fixed(m['response_len'], '.1f')} | "
             f"rollout {m['rollout_s']:.2f}s train {m['train_s']:.2f}s sync {m['sync_s']:.2f}s | "
             f"{m['tokens_per_s']:.0f} tok/s | eta {_fmt_duration(m['eta_s'])}")
     if "staleness_max" in m:
@@ -54,6 +65,14 @@ def eval_line(m: dict) -> str:
         line += (f" | mean@{k} acc {m['eval/mean_at_k_acc']:.3f} reward {m['eval/mean_reward']:.3f} "
                  f"pass@{k} {m['eval/pass_at_k']:.2f}")
     return line + f" | n {m['eval/n']} | len {m['eval/response_len']:.1f} | {m['eval/time_s']:.2f}s"
+
+
+def wandb_values(metrics: dict) -> dict:
+    """The row without its null values. wandb 0.31 takes a None without complaint but then
+    drops the key from the run summary, so a last async step that generated nothing would
+    erase the run's last reward there; left out, the summary keeps the last real one and
+    the chart skips the step, as the curves do."""
+    return {key: value for key, value in metrics.items() if value is not None}
 
 
 class StepLogger:
@@ -134,7 +153,7 @@ class StepLogger:
             with self.metrics_file.open("a") as f:
                 f.write(json.dumps(metrics) + "\n")
         if self.wandb is not None:
-            self.wandb.log(metrics, step=metrics["step"])
+            self.wandb.log(wandb_values(metrics), step=metrics["step"])
 
     def close(self) -> Path | None:
         if self.wandb is not None:

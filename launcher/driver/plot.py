@@ -4,7 +4,9 @@ Panels: reward and accuracy, response length, and (when the rows have them) the
 trainer-vs-rollout mismatch per step (MISMATCH_SERIES: log-prob gap, rollout KL, masked share).
 
 Training rows (those with `reward`) give the sample curves; evaluation rows (those with
-EVAL_MARK, launcher/driver/evaluate.py) add the held-out accuracy to the top panel.
+EVAL_MARK, launcher/driver/evaluate.py) add the held-out accuracy to the top panel. A curve
+skips the steps without its value: a step that generated no sample has null means
+(metrics.py), which are not a 0.
 """
 import json
 from pathlib import Path
@@ -17,26 +19,31 @@ MISMATCH_SERIES = ("logprob_abs_diff_mean", "logprob_abs_diff_max", "rollout_kl"
 """Trainer-vs-rollout keys of the training rows, drawn per step on the bottom panel."""
 
 
+def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of the rows that hold a value for `key` (not null)."""
+    have = [r for r in rows if r.get(key) is not None]
+    return [r["step"] for r in have], [r[key] for r in have]
+
+
+def training_rows(rows: list[dict]) -> list[dict]:
+    """The rows with `reward`, null or not: one per step trained."""
+    return [r for r in rows if "reward" in r]
+
+
 def mismatch_panel(rows: list[dict]) -> list[tuple[str, list[int], list[float]]]:
     """(key, steps, values) of each MISMATCH_SERIES key some training row has."""
-    train = [r for r in rows if "reward" in r]
-    curves = []
-    for key in MISMATCH_SERIES:
-        have = [r for r in train if key in r]
-        if have:
-            curves.append((key, [r["step"] for r in have], [r[key] for r in have]))
-    return curves
+    curves = [(key, *series(training_rows(rows), key)) for key in MISMATCH_SERIES]
+    return [curve for curve in curves if curve[1]]
 
 
 def accuracy_panel(rows: list[dict]) -> list[tuple[str, list[int], list[float]]]:
     """(label, steps, values) of each curve on the top panel: the samples' reward and accuracy
     per training step, then the held-out accuracies at the evaluated steps."""
-    train = [r for r in rows if "reward" in r]
-    curves = [(key, [r["step"] for r in train], [r[key] for r in train]) for key in ("reward", "accuracy")]
+    curves = [(key, *series(training_rows(rows), key)) for key in ("reward", "accuracy")]
     for key, label in EVAL_SERIES:
-        evals = [r for r in rows if EVAL_MARK in r and key in r]
-        if evals:
-            curves.append((label, [r["step"] for r in evals], [r[key] for r in evals]))
+        steps, values = series([r for r in rows if EVAL_MARK in r], key)
+        if steps:
+            curves.append((label, steps, values))
     return curves
 
 
@@ -51,7 +58,6 @@ def write_curves(metrics_file: Path, out_file: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    train = [r for r in rows if "reward" in r]
     mismatch = mismatch_panel(rows)
     panels = 3 if mismatch else 2
     fig, axes = plt.subplots(panels, 1, figsize=(7, 3 * panels), sharex=True)
@@ -61,7 +67,7 @@ def write_curves(metrics_file: Path, out_file: Path) -> Path | None:
         top.plot(steps, values, label=label, marker="o" if held_out else None, linestyle="--" if held_out else "-")
     top.set_ylabel("mean over samples / problems")
     top.legend()
-    middle.plot([r["step"] for r in train], [r["response_len"] for r in train], color="tab:green")
+    middle.plot(*series(training_rows(rows), "response_len"), color="tab:green")
     middle.set_ylabel("response length (tokens)")
     if mismatch:
         for key, steps, values in mismatch:

@@ -143,6 +143,8 @@ class Run:
 
 
 def improvement(metrics: list[dict], key: str = "reward", window: int = 5) -> float:
-    first = [m[key] for m in metrics[:window]]
-    last = [m[key] for m in metrics[-window:]]
+    """Mean `key` of the last `window` steps that have it minus that of the first `window`: a
+    step that generated no sample (async loop) has null there, not a 0 (driver/step.py)."""
+    values = [m[key] for m in metrics if m.get(key) is not None]
+    first, last = values[:window], values[-window:]
     return sum(last) / len(last) - sum(first) / len(first)

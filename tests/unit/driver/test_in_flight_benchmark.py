@@ -5,7 +5,7 @@ import math
 from benchmarks.in_flight_updates import reward_curve, tables
 
 
-def _rows(rewards: list[float], groups: list[int] | None = None) -> list[dict]:
+def _rows(rewards: list[float | None], groups: list[int] | None = None) -> list[dict]:
     groups = groups or [2] * len(rewards)
     return [{"step": i + 1, "reward": r, "groups_generated": g} for i, (r, g) in enumerate(zip(rewards, groups, strict=True))]
 
@@ -17,8 +17,8 @@ def test_blocks_by_step_range_the_last_one_short_then_the_last_steps():
 
 
 def test_a_step_that_generated_no_group_does_not_pull_its_block_to_zero():
-    """The async loop logs reward 0 for a step trained on queued groups while none finished."""
-    curve = reward_curve(_rows([0.9, 0.0, 0.6, 0.0], groups=[1, 0, 2, 0]), block=2, last=1)
+    """The async loop logs a null reward for a step trained on queued groups while none finished."""
+    curve = reward_curve(_rows([0.9, None, 0.6, None], groups=[1, 0, 2, 0]), block=2, last=1)
     assert curve["1-2"] == 0.9 and curve["3-4"] == 0.6
     assert math.isnan(curve["last 1"])
 
