@@ -83,3 +83,47 @@ def test_worker_loads_buckets_under_its_vllm_config(engine_and_config, tiny_qwen
         engine.load_weight_bucket([(n, tensors[n]) for n in half])
     engine.finish_weight_update(engine.version + 1)
     assert engine.llm.collective_rpc(lambda worker: worker.load_configs) == [[True, True]]
+
+
+def _probe(engine) -> list[float]:
+    """Log-probs of 4 tokens sampled from a fixed prompt with a fixed seed."""
+    from launcher.contract.messages import GenerationRequest, SamplingParams
+
+    gen = engine.generate(GenerationRequest(prompts=[[5, 6, 7, 8]], seed=11, sampling=SamplingParams(max_tokens=4)))
+    return gen.logprobs[0]
+
+
+def _load_base(engine, tensors: dict) -> None:
+    engine.begin_weight_update()  # the adapter's frozen base, as a with_base sync sends it
+    engine.load_weight_bucket(sorted(tensors.items()))
+    engine.finish_weight_update(engine.version + 1)
+
+
+def test_base_weights_reach_layers_wrapped_in_lora_on_a_release_whose_wrappers_cannot_load(
+        engine_and_config, tiny_qwen3_checkpoint, monkeypatch):
+    """vLLM 0.26's LoRA wrappers have no load_weights (lora_load.py): here 0.32's is taken away
+    and the release said to be 0.26, so the adapter sync's base load works only through the
+    method lora_load.py puts back; the engine then samples exactly as after 0.32's own load of
+    the same weights. (CPU layers repack their weights, so the parameters cannot be read back.)"""
+    from safetensors.torch import load_file
+    from vllm.lora.layers.base import BaseLayerWithLoRA
+
+    from launcher.vllm_release import RELEASES
+    from launcher.workers.vllm import lora_load
+
+    engine, _ = engine_and_config
+    tensors = {}
+    for file in sorted(tiny_qwen3_checkpoint.glob("*.safetensors")):
+        tensors.update(load_file(file))
+    before = _probe(engine)
+    halved = {n: t * 0.5 for n, t in tensors.items()}
+    monkeypatch.delattr(BaseLayerWithLoRA, "load_weights")
+    monkeypatch.setattr(lora_load, "installed_release", lambda: RELEASES["0.26"])
+    _load_base(engine, halved)
+    assert "load_weights" in vars(BaseLayerWithLoRA)  # put back by lora_load
+    through_lora_load = _probe(engine)
+    monkeypatch.undo()  # 0.32's own method again
+    _load_base(engine, tensors)
+    assert _probe(engine) == before
+    _load_base(engine, halved)
+    assert _probe(engine) == through_lora_load != before
