@@ -77,7 +77,7 @@ def check_spanning_sequences(rows: list[dict], models: dict, temperature: float,
         swap = versions.index(versions[-1]) if len(set(versions)) == 2 else versions.index(max(versions))
         first = full_sequence_logprobs(models[versions[0]], prompt, tokens, temperature)
         assert row["logprobs"][:swap] == pytest.approx(first[:swap], abs=tol)
-        largest_miss = max([largest_miss, *(abs(a - b) for a, b in zip(row["logprobs"][swap:], first[swap:]))])
+        largest_miss = max([largest_miss, *(abs(a - b) for a, b in zip(row["logprobs"][swap:], first[swap:], strict=True))])
         replayed = replayed_logprobs(models, prompt, tokens, versions, temperature)
         assert row["logprobs"] == pytest.approx(replayed, abs=tol)
     assert largest_miss > 10 * tol, f"the versions' log-probs differ by at most {largest_miss:.1e}: nothing was told apart"

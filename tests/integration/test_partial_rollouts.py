@@ -36,7 +36,7 @@ REWARDS = textwrap.dedent('''
 OVERRIDES = ["algorithm.name=dapo", "algorithm.dynamic_sampling.enabled=true",
              "algorithm.dynamic_sampling.max_regenerations=1", "algorithm.prompts_per_step=4",
              "algorithm.mini_batch_prompts=4", "algorithm.samples_per_prompt=2", "algorithm.max_response_len=8",
-             "algorithm.partial_rollout.max_tokens_per_step=4", "algorithm.max_staleness=1", "logging.samples=true",
+             "algorithm.partial_rollout.max_tokens_per_step=4", "logging.samples=true",
              "checkpoint.every_steps=1", "checkpoint.keep=10", "data.reward_fn=partial_rewards_q44:first_char_parity",
              "model.arch.mlp_layer_types=[dense,dense,dense,dense]", "model.arch.index_topk=128"]
 STEPS = 4

@@ -88,8 +88,8 @@ def vllm_model(tiny_glm_checkpoint):
         ensure_model_parallel_initialized,
         init_distributed_environment,
     )
-    from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.distributed.parallel_state import model_parallel_is_initialized
+    from vllm.model_executor.model_loader.utils import initialize_model
 
     with pytest.MonkeyPatch.context() as monkeypatch:
         _dense_mla_on_cpu(monkeypatch)

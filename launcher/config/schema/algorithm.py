@@ -77,7 +77,9 @@ class PartialRolloutConfig:
     carried to the next step and continued there on the new weights (prompt + its tokens so
     far sent again), its tokens keeping their own behaviour log-probs and policy versions. A
     group is scored and trained once all its samples are finished. 0 = off. Below
-    max_response_len; needs max_staleness >= ceil(max_response_len / this) - 1 (PART001-004)."""
+    max_response_len (PART001-003). Every step continues every carried sequence, so a group's
+    oldest token is at most ceil(max_response_len / this) - 1 versions old when it trains
+    (the row's staleness_max): the budget sets the staleness, max_staleness is not read."""
 
 
 @dataclass
@@ -136,7 +138,6 @@ class AlgorithmConfig:
     replaying it; indexer_replay turns it on too."""
     max_staleness: int = 0
     """Async: samples older than this many policy versions are never trained on; >= 1 for async.
-    Sync with partial_rollout: how many versions a carried sequence's oldest token may be
-    behind when its group trains (PART004 sets the floor)."""
+    The sync loop does not read it (with partial_rollout the budget bounds the age)."""
     partial_rollout: PartialRolloutConfig = field(default_factory=PartialRolloutConfig)
     """Carry unfinished sequences to the next step instead of waiting for the longest."""

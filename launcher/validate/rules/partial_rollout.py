@@ -1,8 +1,6 @@
 """`algorithm.partial_rollout` (launcher/driver/partial.py): a step's token budget per
 sequence, unfinished sequences carried to the next step; refused before Ray where it would
 do nothing or be wrong."""
-import math
-
 from launcher.config.schema.choices import PlacementMode
 from launcher.validate.registry import error, rule
 
@@ -12,11 +10,6 @@ RECORDERS = ("routing_replay", "routing_agreement", "indexer_replay", "indexer_a
 
 def _budget(cfg) -> int:
     return cfg.algorithm.partial_rollout.max_tokens_per_step
-
-
-def steps_to_finish(cfg) -> int:
-    """Steps a response of max_response_len tokens takes under the budget."""
-    return math.ceil(cfg.algorithm.max_response_len / _budget(cfg))
 
 
 @rule("PART001")
@@ -54,22 +47,3 @@ def no_route_recorders(cfg, plan):
                     "reports the new weights' prefill routes and indexer pools for them; replay needs the ones "
                     "recorded when each token was sampled, which the carried state does not keep.",
                     f"Set {KEY}=0, or algorithm.{on[0]}=false.")
-
-
-@rule("PART004")
-def staleness_covers_the_longest(cfg, plan):
-    """A max_response_len response takes ceil(max_response_len / budget) steps, so its first
-    token is that many versions minus one old when its group trains."""
-    if not _budget(cfg) or _budget(cfg) >= cfg.algorithm.max_response_len:
-        return
-    need = steps_to_finish(cfg) - 1
-    if cfg.algorithm.max_staleness < need:
-        yield error("algorithm.max_staleness",
-                    f"algorithm.max_staleness={cfg.algorithm.max_staleness} with {KEY}={_budget(cfg)} and "
-                    f"algorithm.max_response_len={cfg.algorithm.max_response_len}",
-                    f"A response of max_response_len tokens is generated over {steps_to_finish(cfg)} steps, so its "
-                    f"first token is {need} policy version(s) old when its group trains (the sync loop never "
-                    "drops it: each step continues every carried sequence, so no token gets older than that). "
-                    "max_staleness is the age the run accepts; holding a lower one would mean dropping exactly "
-                    "the longest responses' groups, biasing training towards short ones.",
-                    f"Set algorithm.max_staleness >= {need}, or raise {KEY}.")

@@ -24,7 +24,7 @@ from tests.shared_compose import compose_shipped
 
 OVERRIDES = ["recipe=tiny_grpo", "algorithm.prompts_per_step=3", "algorithm.mini_batch_prompts=3",
              "algorithm.samples_per_prompt=2", "algorithm.max_response_len=10",
-             "algorithm.partial_rollout.max_tokens_per_step=4", "algorithm.max_staleness=2"]
+             "algorithm.partial_rollout.max_tokens_per_step=4"]
 
 
 def _config(*extra: str):
@@ -156,9 +156,8 @@ def test_the_plan_prices_a_round_at_the_budget_not_the_longest_response(point):
     """dapo_sync: 8192-token responses; a budget of 1024 makes a round (and the generate
     deadline and preemption chunk built on it) an eighth as long."""
     full = point("recipe=dapo_sync").plan.timing
-    cut = point("recipe=dapo_sync", "algorithm.partial_rollout.max_tokens_per_step=1024",
-                "algorithm.max_staleness=7")
-    assert cut.of("PART004") == [] and cut.plan.timing.decode_step_s == full.decode_step_s
+    cut = point("recipe=dapo_sync", "algorithm.partial_rollout.max_tokens_per_step=1024")
+    assert not cut.errors and cut.plan.timing.decode_step_s == full.decode_step_s
     assert cut.plan.timing.generation_round_s == pytest.approx(full.generation_round_s / 8)
 
 

@@ -16,11 +16,11 @@ from launcher.driver.data import PromptStream
 from launcher.driver.loop_sync import fill_groups
 from launcher.driver.rollout import make_chunks, sampling_params, score_group, split_generation
 from launcher.driver.train import train_on_groups
+from launcher.plan.routes import REPLAYED_ROUTER_MODEL_TYPES
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import CharTokenizer
 from launcher.weight_sync.pump import sync_in_process
 from launcher.workers import engine_class, trainer_class
-from launcher.plan.routes import REPLAYED_ROUTER_MODEL_TYPES
 from launcher.workers.hf.model import build_model
 from launcher.workers.hf.routing import ROUTE_DTYPE, moe_gates, replayed, routes_grid, to_routes
 from tests.shared_compose import compose_shipped
