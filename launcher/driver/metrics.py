@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from launcher.config.schema.choices import LogBackend, WandbMode
+from launcher.driver.jsonl_rows import keep_rows
 from launcher.driver.plot import EVAL_MARK, write_curves
 
 METRICS_FILE = "metrics.jsonl"
@@ -87,29 +88,9 @@ class StepLogger:
     def _truncate_after(self, step: int) -> None:
         """On resume, forget steps past the checkpoint: they are about to be redone, and so is
         the checkpoint's own evaluation (evaluate.py: the resumed run evaluates it first;
-        step 0 has no checkpoint, so a fresh start keeps no row).
-
-        A line that does not parse (the last one, cut short when a run was killed while
-        writing it) is dropped with a message rather than failing every later resume. The
-        file is replaced whole, so a crash here cannot tear it either."""
-        if not self.metrics_file.exists():
-            return
-        kept = []
-        for number, line in enumerate(self.metrics_file.read_text().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                keep = row["step"] < step or (row["step"] == step and EVAL_MARK not in row and STARTUP_MARK not in row)
-            except (ValueError, KeyError, TypeError):
-                sys.stderr.write(f"{self.metrics_file}: dropped line {number}, cut short or damaged "
-                                 f"(a run stopped while writing it?): {line[:80]!r}\n")
-                continue
-            if keep:
-                kept.append(line)
-        scratch = self.metrics_file.with_name(self.metrics_file.name + ".tmp")
-        scratch.write_text("".join(ln + "\n" for ln in kept))
-        os.replace(scratch, self.metrics_file)
+        step 0 has no checkpoint, so a fresh start keeps no row)."""
+        keep_rows(self.metrics_file, lambda row: row["step"] < step or (
+            row["step"] == step and EVAL_MARK not in row and STARTUP_MARK not in row))
 
     def _init_wandb(self, wandb_cfg, name: str, config_dict: dict):
         import wandb

@@ -9,8 +9,9 @@ behaviour log-prob of each token) and token_versions (the policy version that pr
 token): enough to recompute every behaviour log-prob from the checkpoints of those versions.
 """
 import json
-import os
 from pathlib import Path
+
+from launcher.driver.jsonl_rows import keep_rows
 
 SAMPLES_FILE = "samples.jsonl"
 
@@ -26,18 +27,5 @@ def write_samples(run_dir: Path, step: int, trained_version: int, groups: list) 
 
 
 def forget_after(run_dir: Path, step: int) -> None:
-    """Keep the rows of steps up to `step` (the checkpoint a run resumes from; 0: none). The
-    file is replaced whole; a row cut short by a killed run is dropped with the rest past it."""
-    path = Path(run_dir) / SAMPLES_FILE
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line + "\n")
-        except (ValueError, KeyError, TypeError):
-            break
-    scratch = path.with_name(path.name + ".tmp")
-    scratch.write_text("".join(kept))
-    os.replace(scratch, path)
+    """Keep the rows of steps up to `step` (the checkpoint a run resumes from; 0: none)."""
+    keep_rows(Path(run_dir) / SAMPLES_FILE, lambda row: row["step"] <= step)
