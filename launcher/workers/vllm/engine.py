@@ -146,6 +146,10 @@ class VllmEngine(ServedWeights):
         """
         if self._asleep:
             raise RuntimeError(f"vllm engine {self.engine_index} was asked to generate while asleep; wake() first")
+        if request.in_flight and not self.release.weight_version_spans:
+            raise RuntimeError(f"vllm engine {self.engine_index}: an in-flight request on vLLM {self.release.line}, "
+                               "whose outputs do not say which weight version sampled which token (INF014 refuses "
+                               "inference.update_mode=in_flight there)")
         pending = deque(enumerate(request.prompts))
         in_flight: dict[str, int] = {}
         outputs: list = [None] * len(request.prompts)
@@ -196,7 +200,7 @@ class VllmEngine(ServedWeights):
     def _token_versions(self, output) -> list[int]:
         """The policy version that sampled each token: vLLM's weight-version spans (labelled
         by `_updated`), or on a release without them the version served now (a request
-        there never spans an update: INF014)."""
+        there is never in flight across an update: generate refuses it, as INF014 does)."""
         spans = getattr(output, "weight_versions", None) if self.release.weight_version_spans else None
         if not spans:
             return [self.version] * len(output.token_ids)
