@@ -81,9 +81,18 @@ class OffPolicy:
 def mismatch_stats(old_BT: torch.Tensor, rollout_BT: torch.Tensor, mask_BT: torch.Tensor,
                    masked_BT: torch.Tensor) -> dict[str, torch.Tensor]:
     """Trainer-vs-rollout statistics of a micro-batch's response tokens, as sums over tokens
-    (the driver divides by the step's tokens: logprob_abs_diff_mean, is_masked_frac) and
+    (the driver divides by the step's tokens: logprob_abs_diff_mean, is_masked_frac, rollout_kl) and
     one max (the driver takes the max over micro-batches and ranks: logprob_abs_diff_max)."""
     mask_BT = mask_BT.bool()
     gap_BT = torch.where(mask_BT, (old_BT - rollout_BT).abs(), torch.zeros_like(old_BT))
     return {"logprob_abs_diff_mean": gap_BT.sum(), "logprob_abs_diff_max": gap_BT.amax() if gap_BT.numel() else gap_BT.sum(),
-            "is_masked_frac": (masked_BT & mask_BT).sum().float()}
+            "is_masked_frac": (masked_BT & mask_BT).sum().float(),
+            "rollout_kl": torch.where(mask_BT, rollout_kl_BT(old_BT, rollout_BT), torch.zeros_like(old_BT)).sum()}
+
+
+def rollout_kl_BT(old_BT: torch.Tensor, rollout_BT: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(rollout || trainer): w - 1 - log w with w = pi_old / pi_rollout.
+    The engine sampled the tokens, so its policy is the side the expectation runs over; the
+    arguments the other way round (1/w - 1 + log w) would estimate chi^2 - KL instead."""
+    log_w_BT = old_BT - rollout_BT
+    return torch.exp(log_w_BT) - 1.0 - log_w_BT

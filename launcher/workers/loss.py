@@ -13,7 +13,7 @@ import torch
 
 from launcher.contract.messages import TrainShard
 from launcher.rl.algorithm import LossInputs
-from launcher.rl.grpo import k3_kl_BT, token_weights
+from launcher.rl.grpo import token_weights
 from launcher.rl.off_policy import mismatch_stats
 from launcher.workers.batch import grid
 
@@ -41,6 +41,5 @@ def micro_loss(algorithm, shard: TrainShard, batch, logp_BT: torch.Tensor, entro
     loss, stats = algorithm.loss(inputs)
     stats["is_weight"] = (is_weight_BT * mask_BT).sum().detach()
     if rollout_BT is not None:
-        stats["rollout_kl"] = (k3_kl_BT(old_BT, rollout_BT) * mask_BT).sum().detach()
         stats.update(mismatch_stats(old_BT.detach(), rollout_BT, mask_BT, masked_BT))
     return loss, stats

@@ -10,7 +10,7 @@ import torch
 from launcher.driver.plot import mismatch_panel, write_curves
 from launcher.driver.rollout import Group
 from launcher.driver.train import train_on_groups
-from launcher.rl.off_policy import OffPolicy, mismatch_stats
+from launcher.rl.off_policy import OffPolicy, mismatch_stats, rollout_kl_BT
 from launcher.rl.tasks import Problem
 
 
@@ -108,3 +108,23 @@ def test_indexer_pools_go_with_their_samples_and_agreement_is_summed_over_ranks(
 def test_plot_draws_the_indexer_agreement():
     rows = [{"step": s, "reward": 0.0, "indexer_agreement": 1.0} for s in (1, 2)]
     assert mismatch_panel(rows) == [("indexer_agreement", [1, 2], [1.0, 1.0])]
+
+
+def test_rollout_kl_estimates_kl_of_the_sampling_engine_against_the_trainer():
+    """Tokens come from the engine, so E_rollout[w - 1 - log w] (w = pi_old / pi_rollout) is
+    KL(rollout || trainer) exactly; the issue's worked cases (one token, and the 2-token distributions)."""
+    one = rollout_kl_BT(torch.tensor([[np.log(0.5)]]), torch.tensor([[np.log(0.25)]]))
+    assert float(one) == pytest.approx(1 - np.log(2), abs=1e-6)  # 0.3069, not 0.1931
+    rng = np.random.default_rng(0)
+    for rollout_p, trainer_p in [((0.5, 0.5), (0.9, 0.1)), *[(rng.dirichlet([1] * 5), rng.dirichlet([1] * 5)) for _ in range(4)]]:
+        rollout_p, trainer_p = np.asarray(rollout_p), np.asarray(trainer_p)
+        per_token = rollout_kl_BT(torch.tensor(np.log(trainer_p))[None], torch.tensor(np.log(rollout_p))[None])[0]
+        expectation = float((torch.tensor(rollout_p) * per_token).sum())
+        assert expectation == pytest.approx(float(np.sum(rollout_p * np.log(rollout_p / trainer_p))), rel=1e-9)
+
+
+def test_mismatch_stats_sum_rollout_kl_over_response_tokens_only():
+    old_BT = torch.tensor([[np.log(0.5), -5.0]])
+    rollout_BT = torch.tensor([[np.log(0.25), 0.0]])
+    stats = mismatch_stats(old_BT, rollout_BT, torch.tensor([[True, False]]), torch.zeros(1, 2, dtype=torch.bool))
+    assert float(stats["rollout_kl"]) == pytest.approx(1 - np.log(2), abs=1e-6)  # the padding's gap of 5 left out
