@@ -3,10 +3,11 @@ GRPO with eval every 2 steps and a checkpoint every 2, Ctrl-C (SIGINT) after ste
 `run.resume=auto` to step 6, `python -m launcher export`, and the exported folder's
 log-probs through `from_pretrained` against the trainer's own, read from the same checkpoint.
 
-    python benchmarks/main_job.py OUT_DIR [--profile slice4|tiny] [--from-checkpoint] [OVERRIDE ...]
+    python benchmarks/main_job.py OUT_DIR [--profile slice4|slice2|tiny|qmoe] [--from-checkpoint] [OVERRIDE ...]
 
 slice4 is the 4-layer GLM-5.3-Flash slice (23.8B parameters, all 288 experts) on one H200:
-colocated Megatron trainer + hf engine, LoRA with merged sync. --from-checkpoint first writes
+colocated Megatron trainer + hf engine, LoRA with merged sync; slice2 the 2-layer slice (one
+KDA and one MLA+DSA layer) on one 80 GiB H100. --from-checkpoint first writes
 a real-format checkpoint of it (bf16 `save_pretrained` shards + index + tokenizer, initialized
 on the GPU) and exports the LoRA adapter (PEFT) instead of the merged model: the device's
 64 GiB disk cannot hold the 44 GiB checkpoint and a 44 GiB merged export at once. tiny is
@@ -38,6 +39,11 @@ PROFILES = {
                "model.dtype=bfloat16",
                "trainer.lora.rank=16", "trainer.lora.alpha=32", "trainer.optimizer.lr=1e-4",
                "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]"],
+    # The same on one 80 GiB H100: 1 KDA + 1 MLA+DSA layer (1 dense + 1 MoE MLP, all 288 experts).
+    "slice2": ["model=glm5_3_flash_2layer", "cluster=h100x1", "inference.engines=1", "trainer.backend=megatron",
+               "model.dtype=bfloat16",
+               "trainer.lora.rank=16", "trainer.lora.alpha=32", "trainer.optimizer.lr=1e-4",
+               "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]"],
     # Route 1 of the vLLM issue: vLLM 0.26 on the H200 (no GLM model before 0.30) with a real MoE
     # shape it serves, trained by the hf trainer; 64 sequences x 256 tokens a step (random init
     # rarely samples an EOS), LoRA on attention merged into the weights (vLLM's CUDA IPC transfer).
@@ -48,7 +54,7 @@ PROFILES = {
     "tiny": ["trainer.backend=megatron", "trainer.lora.rank=4", "trainer.lora.alpha=8", "trainer.optimizer.lr=1e-3",
              "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]"],
 }
-DESCRIPTOR = {"slice4": "glm5_3_flash_4layer", "tiny": "tiny", "qmoe": "qwen3_moe_4layer"}
+DESCRIPTOR = {"slice4": "glm5_3_flash_4layer", "slice2": "glm5_3_flash_2layer", "tiny": "tiny", "qmoe": "qwen3_moe_4layer"}
 LOGPROB_ATOL = {"bfloat16": 0.1, "float32": 1e-3}
 """Exported vs trainer log-probs, max abs over the probe tokens, by model.dtype. In bf16 the HF
 kernels (fla's KDA, eager MoE) and Megatron's differ as much as the run's own engine and trainer

@@ -20,7 +20,7 @@
 #            TileLang; the nvcc DeepGEMM's JIT would use (CUDA_HOME) and its version. Seconds.
 #   glmbench benchmarks/engine_generation.py on the GLM slice: hf vs vLLM generate, 64 and 256 x 256
 #            tokens against the bandwidth floor (~10 ms a decode step), sleep and wake
-#   glm      benchmarks/main_job.py --profile slice4 inference.backend=vllm algorithm.routing_replay=true:
+#   glm      benchmarks/main_job.py --profile slice4 (slice2 on a card under 100 GiB) inference.backend=vllm algorithm.routing_replay=true:
 #            the Megatron trainer and the vLLM engine colocated, LoRA merged through CUDA IPC, routes
 #            from vLLM replayed, sleep and wake, Ctrl-C after step 3, resume to step 6, merged export
 #   glmckpt  the same from a real-format checkpoint with adapter sync (trainer.lora.merge=false): vLLM reads
@@ -30,7 +30,13 @@
 set -u
 parts=${*:-bench ckpt main replay adapter hf}
 python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
-glm=(--profile slice4 inference.backend=vllm)
+# The colocated GLM jobs on an 80 GiB card (H100) take the 2-layer slice: the 4-layer one plans 100.9 GiB.
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+big_card=$([ "${gpu_mib:-0}" -gt 100000 ] && echo 1 || echo 0)
+glm_profile=${GLM_PROFILE:-$([ "$big_card" = 1 ] && echo slice4 || echo slice2)}
+card=$([ "$big_card" = 1 ] && echo h200x1 || echo h100x1)  # the bandwidth floor's cluster file
+echo "GPU ${gpu_mib:-?} MiB: colocated GLM jobs on --profile $glm_profile, engine benchmark on cluster=$card"
+glm=(--profile "$glm_profile" inference.backend=vllm)
 common=(recipe=tiny_grpo_chat algorithm.prompts_per_step=16 algorithm.mini_batch_prompts=16 algorithm.samples_per_prompt=4
         model=qwen3_moe_4layer cluster=h200x1 inference.engines=1 trainer.backend=hf trainer.lora.rank=16
         trainer.lora.alpha=32 trainer.optimizer.lr=1e-4 "trainer.lora.targets=[q_proj,k_proj,v_proj,o_proj]"
@@ -66,7 +72,7 @@ version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).st
 print("CUDA_HOME", os.environ.get("CUDA_HOME"), "| DeepGEMM's nvcc", nvcc, version)
 EOF
             ;;
-        glmbench) python3 benchmarks/engine_generation.py model=glm5_3_flash_4layer model.dtype=bfloat16 \
+        glmbench) python3 benchmarks/engine_generation.py model=glm5_3_flash_4layer model.dtype=bfloat16 "cluster=$card" \
                       --out "$JOB/glm_generation.json" 2>&1 | grep -v -e WARNING -e Warning -e warnings.warn ;;
         glm) python3 benchmarks/main_job.py "$JOB/glm" "${glm[@]}" algorithm.routing_replay=true ;;
         glmckpt) python3 benchmarks/main_job.py "$JOB/glm_ckpt" "${glm[@]}" --from-checkpoint trainer.lora.merge=false
