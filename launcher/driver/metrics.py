@@ -7,7 +7,9 @@ disagree), the drift of stale samples in the async one. That one is also `rollou
 beside the other trainer-vs-rollout keys of every training row (the trainer's old log-probs
 against the engine's, over the step's response tokens): `logprob_abs_diff_mean` and
 `logprob_abs_diff_max` (|old - rollout|) and `is_masked_frac` (the share of tokens that
-algorithm.off_policy's masks dropped).
+algorithm.off_policy's masks dropped). The samples' degeneration signs (rl/degeneration.py):
+`repeat_ngram_frac`, `collapse_frac` and the count `nonfinite_logprobs`; with `truncated_frac`
+run.rollout_checks bounds them (driver/rollout_health.py).
 Timing keys end in `_s`; they are the only values that differ between two runs with the
 same seed (the resume test compares everything else).
 
@@ -55,6 +57,9 @@ def console_line(m: dict) -> str:
             f"{m['tokens_per_s']:.0f} tok/s | eta {_fmt_duration(m['eta_s'])}")
     if "staleness_max" in m:
         line += f" | stale {m['staleness_mean']:.1f}/{m['staleness_max']}"
+    line += f" | rep {_fixed(m.get('repeat_ngram_frac'), '.2f')} collapse {_fixed(m.get('collapse_frac'), '.2f')}"
+    if m.get("nonfinite_logprobs"):
+        line += f" | NON-FINITE LOG-PROBS {m['nonfinite_logprobs']}"
     return line
 
 

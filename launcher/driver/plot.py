@@ -1,7 +1,9 @@
 """The reward/length curve PNG written into the run directory at the end of a run.
 
 Panels: reward and accuracy, response length, and (when the rows have them) the
-trainer-vs-rollout mismatch per step (MISMATCH_SERIES: log-prob gap, rollout KL, masked share).
+trainer-vs-rollout mismatch per step (MISMATCH_SERIES: log-prob gap, rollout KL, masked share)
+and the samples' degeneration signs (DEGENERATION_SERIES: repeated n-grams, single-id collapses,
+truncation; rl/degeneration.py).
 
 Training rows (those with `reward`) give the sample curves; evaluation rows (those with
 EVAL_MARK, launcher/driver/evaluate.py) add the held-out accuracy to the top panel. A curve
@@ -16,7 +18,9 @@ EVAL_MARK = "eval/n"
 EVAL_SERIES = (("eval/greedy_acc", "held-out greedy accuracy"), ("eval/mean_at_k_acc", "held-out mean@k accuracy"))
 MISMATCH_SERIES = ("logprob_abs_diff_mean", "logprob_abs_diff_max", "rollout_kl", "is_masked_frac", "routing_agreement",
                    "indexer_agreement")
-"""Trainer-vs-rollout keys of the training rows, drawn per step on the bottom panel."""
+"""Trainer-vs-rollout keys of the training rows, drawn per step on their own panel."""
+DEGENERATION_SERIES = ("repeat_ngram_frac", "collapse_frac", "truncated_frac")
+"""Shares of a step's samples that look broken rather than bad, drawn on the last panel."""
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -30,9 +34,9 @@ def training_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if "reward" in r]
 
 
-def mismatch_panel(rows: list[dict]) -> list[tuple[str, list[int], list[float]]]:
-    """(key, steps, values) of each MISMATCH_SERIES key some training row has."""
-    curves = [(key, *series(training_rows(rows), key)) for key in MISMATCH_SERIES]
+def panel(rows: list[dict], keys: tuple[str, ...]) -> list[tuple[str, list[int], list[float]]]:
+    """(key, steps, values) of each of `keys` some training row has a value for."""
+    curves = [(key, *series(training_rows(rows), key)) for key in keys]
     return [curve for curve in curves if curve[1]]
 
 
@@ -58,9 +62,10 @@ def write_curves(metrics_file: Path, out_file: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mismatch = mismatch_panel(rows)
-    panels = 3 if mismatch else 2
-    fig, axes = plt.subplots(panels, 1, figsize=(7, 3 * panels), sharex=True)
+    extra = [(curves, label) for curves, label in ((panel(rows, MISMATCH_SERIES), "trainer vs rollout"),
+                                                    (panel(rows, DEGENERATION_SERIES), "share of samples"))
+             if curves]
+    fig, axes = plt.subplots(2 + len(extra), 1, figsize=(7, 3 * (2 + len(extra))), sharex=True)
     top, middle = axes[0], axes[1]
     for label, steps, values in accuracy_panel(rows):
         held_out = label.startswith("held-out")
@@ -69,11 +74,11 @@ def write_curves(metrics_file: Path, out_file: Path) -> Path | None:
     top.legend()
     middle.plot(*series(training_rows(rows), "response_len"), color="tab:green")
     middle.set_ylabel("response length (tokens)")
-    if mismatch:
-        for key, steps, values in mismatch:
-            axes[2].plot(steps, values, label=key)
-        axes[2].set_ylabel("trainer vs rollout")
-        axes[2].legend()
+    for axis, (curves, label) in zip(axes[2:], extra, strict=True):
+        for key, steps, values in curves:
+            axis.plot(steps, values, label=key)
+        axis.set_ylabel(label)
+        axis.legend()
     axes[-1].set_xlabel("step")
     fig.tight_layout()
     fig.savefig(out_file, dpi=100)

@@ -15,6 +15,7 @@ from launcher.driver.rollout import Group, make_chunks, sampling_params, score_g
 from launcher.driver.runtime import Runtime
 from launcher.driver.samples_log import write_samples
 from launcher.driver.train import train_on_groups
+from launcher.rl.degeneration import degeneration_stats
 from launcher.rl.tasks import Problem
 
 
@@ -85,25 +86,28 @@ def step_metrics(rt: Runtime, gen: dict, train: dict, *, train_s: float, sync_s:
 
 
 SAMPLE_MEANS = ("reward", "accuracy", "response_len", "truncated_frac", "overlong_penalized_frac",
-                "overlong_penalty_mean")
+                "overlong_penalty_mean", "repeat_ngram_frac", "collapse_frac")
 """The keys of a step's row that are means over its generated samples: None (null in
 metrics.jsonl) when it generated none, as an async step training on groups queued before
 it may (0 there would read as a policy that scores nothing)."""
 
 
 def generation_summary(groups_seen: list[Group], seconds: float) -> dict:
-    """Reward, accuracy and length over every sample generated (dropped groups included);
-    the SAMPLE_MEANS are None without a sample, the counts 0."""
+    """Reward, accuracy, length and the degeneration signs (rl/degeneration.py) over every sample
+    generated (dropped groups included); the SAMPLE_MEANS are None without a sample, the counts 0."""
     rewards = [r for g in groups_seen for r in g.task_rewards]
     correct = [c for g in groups_seen for c in g.correct]
     lengths = [len(t) for g in groups_seen for t in g.responses]
     shaping = [s - r for g in groups_seen for s, r in zip(g.rewards, g.task_rewards, strict=True)]
+    degenerate = degeneration_stats([t for g in groups_seen for t in g.responses],
+                                    [lp for g in groups_seen for lp in g.logprobs])
     counts = {"generated_tokens": sum(lengths), "groups_generated": len(groups_seen), "gen_s": seconds,
-              "reward_errors": sum(g.reward_errors for g in groups_seen)}
+              "reward_errors": sum(g.reward_errors for g in groups_seen),
+              "nonfinite_logprobs": degenerate.pop("nonfinite_logprobs")}
     if not rewards:
         return {**dict.fromkeys(SAMPLE_MEANS), **counts}
     n = len(rewards)
     means = {"reward": sum(rewards) / n, "accuracy": sum(correct) / n, "response_len": sum(lengths) / n,
              "truncated_frac": sum(g.truncated for g in groups_seen) / n,
              "overlong_penalized_frac": sum(d < 0 for d in shaping) / n, "overlong_penalty_mean": sum(shaping) / n}
-    return {**means, **counts}
+    return {**means, **degenerate, **counts}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from launcher.driver.plot import mismatch_panel, write_curves
+from launcher.driver.plot import MISMATCH_SERIES, panel, write_curves
 from launcher.driver.rollout import Group
 from launcher.driver.train import train_on_groups
 from launcher.rl.off_policy import OffPolicy, mismatch_stats, rollout_kl_BT
@@ -69,8 +69,8 @@ def test_step_means_over_tokens_and_max_over_ranks_and_mini_batches():
 def test_plot_draws_the_mismatch_panel(tmp_path):
     rows = [{"step": s, "reward": 0.1 * s, "accuracy": 0.0, "response_len": 3.0, "logprob_abs_diff_mean": 0.01 * s,
              "rollout_kl": 0.001, "is_masked_frac": 0.0} for s in (1, 2, 3)]
-    assert [key for key, *_ in mismatch_panel(rows)] == ["logprob_abs_diff_mean", "rollout_kl", "is_masked_frac"]
-    assert mismatch_panel([{"step": 1, "reward": 0.0}]) == []
+    assert [key for key, *_ in panel(rows, MISMATCH_SERIES)] == ["logprob_abs_diff_mean", "rollout_kl", "is_masked_frac"]
+    assert panel([{"step": 1, "reward": 0.0}], MISMATCH_SERIES) == []
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert write_curves(metrics, tmp_path / "curves.png").stat().st_size > 0
@@ -107,7 +107,7 @@ def test_indexer_pools_go_with_their_samples_and_agreement_is_summed_over_ranks(
 
 def test_plot_draws_the_indexer_agreement():
     rows = [{"step": s, "reward": 0.0, "indexer_agreement": 1.0} for s in (1, 2)]
-    assert mismatch_panel(rows) == [("indexer_agreement", [1, 2], [1.0, 1.0])]
+    assert panel(rows, MISMATCH_SERIES) == [("indexer_agreement", [1, 2], [1.0, 1.0])]
 
 
 def test_rollout_kl_estimates_kl_of_the_sampling_engine_against_the_trainer():
