@@ -49,6 +49,9 @@ class DriverState:
     carried: list[dict] = field(default_factory=list)
     """Partial rollouts: the groups left unfinished by step `step`, continued first by the next
     (launcher/driver/partial.py PartialGroup as JSON); empty without them."""
+    checks_in_a_row: dict[str, int] = field(default_factory=dict)
+    """run.rollout_checks: per metric, the steps in a row up to `step` past its stop bound
+    (launcher/driver/rollout_health.py), so a resume counts on where the run stopped."""
 
 
 class ResumeError(CheckpointError):

@@ -322,6 +322,10 @@ class EngineGroup(_Group):
             engine = min(range(len(self.actors)), key=lambda e: self.in_flight[e])
         else:
             engine = chunk_index % len(self.actors)
+        return self.submit_to(engine, request)
+
+    def submit_to(self, engine: int, request):
+        """Send one request to engine `engine` (the rollout canary asks each one); returns its ObjectRef."""
         generate = self.actors[engine].generate
         ref = (generate.options(concurrency_group=IN_FLIGHT_GROUP) if request.in_flight else generate).remote(request)
         if self.in_flight[engine] == 0:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config.schema.choices import PlacementMode
+from launcher.driver.canary import RolloutCheckError
 from launcher.driver.cluster import gpu_resource, ray_session
 from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
 from launcher.driver.no_signal import NoSignalError
@@ -125,10 +126,15 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
     state = load_driver_state(resume_from) if resume_from else DriverState()
     logger = StepLogger(run_dir, config.logging, config.run, state.step, _logged_config(composed, plan))
     forget_samples_after(run_dir, state.step)
-    return Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
-                   tokenizer=data.tokenizer, stream=data.stream, algorithm=make_algorithm(config.algorithm),
-                   logger=logger, checkpointer=ckpt, state=state, last_checkpoint=resume_from,
-                   evaluator=data.evaluator, scorer=scorer, preemption=preemption)
+    rt = Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
+                 tokenizer=data.tokenizer, stream=data.stream, algorithm=make_algorithm(config.algorithm),
+                 logger=logger, checkpointer=ckpt, state=state, last_checkpoint=resume_from,
+                 evaluator=data.evaluator, scorer=scorer, preemption=preemption)
+    if config.run.rollout_checks.canary.prompts:
+        from launcher.driver.canary import Canary
+
+        rt.canary = Canary(rt)
+    return rt
 
 
 def place_groups(config, plan, embedded: bool, with_engines: bool = True, startup: Startup | None = None):
@@ -210,6 +216,12 @@ def _run(composed, plan, run_dir: Path, ckpt, resume_from, preemption) -> Path |
                 sys.stdout.write(f"resumed from {resume_from} (step {rt.state.step})\n")
             startup.driver_phase("first sync")
             rt.sync_weights(with_base=True, wait=True)
+            # Async: both groups own their GPUs. Colocated engines hold only their weights after the
+            # first sync (place_groups): step 1's wake checks that sync, before step 1 trains.
+            if rt.canary is not None and config.placement.mode is not PlacementMode.colocated:
+                startup.driver_phase("canary")
+                rt.canary.send("start-up (after the first sync)")
+                rt.canary.score()
             rt.logger.log_startup(ray_s, startup.finish(), plan.startup.seconds)
             preemption.running = True  # from here a signal saves (before: nothing to save, it stops at once)
             rt.enter_phase("loop")
@@ -274,7 +286,7 @@ def launch(composed, plan, run_dir) -> int:
                 what = f"{err.args[0]}: stopped at once; Ray stopped"
             sys.stderr.write(f"{what}. Last checkpoint: {ckpt.latest() or 'none'}\n{_resume_line(composed, ckpt)}")
             return of_signal(signum)
-        except (ActorDiedError, CheckpointError, PlacementError, NoSignalError) as err:  # expected: no traceback
+        except (ActorDiedError, CheckpointError, PlacementError, NoSignalError, RolloutCheckError) as err:  # expected
             if preemption.requested:  # e.g. Slurm's SIGTERM reached the Ray processes too: they went first
                 name = signal.Signals(preemption.signum).name
                 sys.stderr.write(f"{name} received, then the run could not finish its step or save: {err}\n"

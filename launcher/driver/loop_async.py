@@ -23,6 +23,9 @@ The pieces the sync loop runs too (sending, scoring, training, the row) are in s
 - A background checkpoint is completed at the step boundaries (a training starts or ends)
   once its writes are over; groups without signal count towards
   algorithm.dynamic_sampling.max_empty_steps (no_signal.py).
+- The rollout canary (canary.py) goes to every engine behind each weight update, one at a
+  time, and is scored at the first step boundary after it is back (the trainer idle), never
+  waited for; run.rollout_checks' bounds are checked on every step's row (rollout_health.py).
 - phase.json (phase.py) names what the driver waits on for step N, the step in flight:
   `wait-groups` until N's batch is ready, `train` while N trains (the engines keep generating
   the next steps' groups all along: generation has no phase of its own), then `sync`,
@@ -35,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from launcher.driver.partial import refuse_in_async
 from launcher.driver.rollout import chunk_seed, groups_per_chunk
+from launcher.driver.rollout_health import GENERATION_KEYS, TRAINING_KEYS
 from launcher.driver.runtime import Runtime
 from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
 
@@ -139,6 +143,8 @@ def run_async(rt: Runtime) -> None:
             batcher.add(gen.harvest())
             if training is None:
                 if (batch := batcher.take(wanted)) is not None:
+                    if rt.canary is not None and rt.canary.ready():  # the trainer is idle here
+                        rt.canary.score()
                     rt.poll_checkpoint()
                     batch_info = {**_staleness(batch, rt.state.policy_version),
                                   "rollout_s": time.monotonic() - last_step_end}
@@ -160,6 +166,8 @@ def _end_step(rt: Runtime, train: dict, train_s: float, batch_info: dict, batche
     rt.state.policy_version += 1
     rt.enter_phase("sync", step)
     sync_s = rt.sync_weights(with_base=False, wait=False)
+    if rt.canary is not None and rt.canary.sent is None:  # one in flight at a time, scored when back
+        rt.canary.send(f"the update to version {rt.state.policy_version} (step {step})")
     rt.state.step = step
     _collect_eval(rt, step)  # the previous step's, before this step's checkpoint and row
     if rt.checkpointer.due(step):
@@ -167,8 +175,10 @@ def _end_step(rt: Runtime, train: dict, train_s: float, batch_info: dict, batche
     rt.maybe_checkpoint()
     now = time.monotonic()
     step_s = now - last_step_end
-    rt.log_step(step_metrics(rt, batcher.step_counts(), train, train_s=train_s, sync_s=sync_s, step_s=step_s,
+    counts = batcher.step_counts()
+    rt.log_step(step_metrics(rt, counts, train, train_s=train_s, sync_s=sync_s, step_s=step_s,
                              other_s=max(step_s - train_s - batch_info["rollout_s"], 0.0), **batch_info))
+    rt.health.check(step, {**counts, **train}, GENERATION_KEYS + TRAINING_KEYS)
     rt.start_eval()  # on every engine behind the update just sent: exactly this version
     return now
 

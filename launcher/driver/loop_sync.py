@@ -1,8 +1,9 @@
 """The synchronous colocated loop: engines and trainer ranks take turns on the same GPUs.
 
-Per step: offload trainer -> wake engines -> generate (DAPO: drop groups without reward
-variance and generate again, up to max_regenerations) -> engines sleep -> onload trainer
--> advantages and train -> push weights -> checkpoint -> one log line. A held-out
+Per step: offload trainer -> wake engines -> the rollout canary (canary.py) -> generate
+(DAPO: drop groups without reward variance and generate again, up to max_regenerations)
+-> engines sleep -> onload trainer -> the canary scored and run.rollout_checks' bounds
+(rollout_health.py) -> advantages and train -> push weights -> checkpoint -> one log line. A held-out
 evaluation of the previous step's weights, when due, runs right after the wake.
 The pieces the async loop runs too (sending, scoring, training, the row) are in step.py.
 With algorithm.partial_rollout each sequence gets a token budget a step and the unfinished
@@ -24,6 +25,7 @@ from tqdm import tqdm
 from launcher.driver import partial
 from launcher.driver.preemption import StepDropped
 from launcher.driver.rollout import chunk_seed, groups_per_chunk
+from launcher.driver.rollout_health import GENERATION_KEYS, TRAINING_KEYS
 from launcher.driver.runtime import Runtime
 from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
 from launcher.plan.preemption import rest_of_step_s
@@ -140,6 +142,8 @@ def _generate(rt: Runtime, step: int, level: int) -> tuple[list, dict, list, flo
     try:
         with rt.preemption.droppable():
             _engines_take_the_gpus(rt, level, "generate", step)
+            if rt.canary is not None:  # first on each engine: scored before the step trains (_run_step)
+                rt.canary.send(f"the wake of step {step}" if level else f"step {step}")
             rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/driver/evaluate.py)
             eval_s = rt.finish_eval()  # not the step's time
             groups, gen, seen = collect_groups(rt, step)
@@ -149,6 +153,8 @@ def _generate(rt: Runtime, step: int, level: int) -> tuple[list, dict, list, flo
     except StepDropped:
         rt.state, rt.pending_eval = before, None  # the dropped step's prompts are drawn again on resume
         rt.engines.cancel_in_flight()
+        if rt.canary is not None:
+            rt.canary.drop()
         _trainer_takes_the_gpus(rt, level, "drop", step)
         sys.stderr.write(f"preemption: step {step} dropped before its trainers started on it\n")
         raise
@@ -159,7 +165,10 @@ def _run_step(rt: Runtime, step: int, level: int) -> None:
     t0 = time.monotonic()
     groups, gen, seen, eval_s = _generate(rt, step, level)
     t0 += eval_s
+    rt.health.check(step, gen, GENERATION_KEYS)  # run.rollout_checks: before training on the samples
     _trainer_takes_the_gpus(rt, level, "train", step)
+    if rt.canary is not None:
+        rt.canary.score()
     rt.poll_checkpoint()
     t1 = time.monotonic()
     # DAPO may find no group with reward variance even after regenerating (no_signal.py)
@@ -178,4 +187,5 @@ def _run_step(rt: Runtime, step: int, level: int) -> None:
     step_s = time.monotonic() - t0
     rt.log_step(step_metrics(rt, gen, train, rollout_s=t1 - t0, train_s=train_s, sync_s=sync_s, step_s=step_s,
                              other_s=step_s - gen["gen_s"] - train_s))
+    rt.health.check(step, train, TRAINING_KEYS)
     rt.no_signal.sync_step(step, len(groups), gen["rounds"], seen, gen.get("partial_groups_carried", 0))

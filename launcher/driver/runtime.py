@@ -11,11 +11,13 @@ from launcher.driver.data import PromptStream
 from launcher.driver.metrics import StepLogger
 from launcher.driver.no_signal import NoSignalWatch
 from launcher.driver.preemption import Preemption
+from launcher.driver.rollout_health import HealthWatch
 from launcher.weight_sync.messages import SyncStats
 from launcher.weight_sync.push import check_pending, engines_hold_base, sync_weights
 
 if TYPE_CHECKING:  # only for the annotations: importing them here would pull in ray
     from launcher.config.schema import LauncherConfig
+    from launcher.driver.canary import Canary
     from launcher.driver.evaluate import Evaluator, PendingEval
     from launcher.driver.groups import EngineGroup, TrainerGroup
     from launcher.plan import Plan
@@ -54,6 +56,10 @@ class Runtime:
     """preemption.py: the signal that asks the loop to stop, and the step deadline it set."""
     no_signal: NoSignalWatch | None = None
     """no_signal.py: dynamic sampling's short and empty steps; built from the config when not given."""
+    canary: Canary | None = None
+    """canary.py: the engine-vs-trainer check (launch.py builds it when run.rollout_checks.canary.prompts > 0)."""
+    health: HealthWatch | None = None
+    """rollout_health.py: run.rollout_checks' bounds; built from the config when not given."""
 
     def __post_init__(self):
         if self.scorer is None:
@@ -62,6 +68,8 @@ class Runtime:
             self.scorer = make_scorer(self.config.data)
         if self.no_signal is None:
             self.no_signal = NoSignalWatch(self.config.algorithm)
+        if self.health is None:
+            self.health = HealthWatch(self.config.run.rollout_checks, self)
 
     def enter_phase(self, name: str, step: int | None = None) -> None:
         """The run's phase (phase.py: phase.json, and the phase a preemption signal's message names)."""
@@ -131,7 +139,7 @@ class Runtime:
     def log_step(self, metrics: dict) -> None:
         """One step's row, with the checkpoint seconds of this step (blocked, and the
         previous checkpoint's background write) when there were any."""
-        self.logger.log({**metrics, **self.checkpoint_stats})
+        self.logger.log({**metrics, **self.checkpoint_stats, **(self.canary.take_row() if self.canary else {})})
         self.checkpoint_stats = {}
 
     def eval_due(self) -> bool:

@@ -51,6 +51,15 @@ def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, carr
     return shards
 
 
+def trainer_logprobs(trainers, seqs: list[list[int]], prompt_lens: list[int], rollout: list[list[float]],
+                     carried: dict) -> list[list[float]]:
+    """The trainer's log-probs of each sequence's response tokens, no update (the rollout canary's
+    scoring, driver/canary.py); `carried`: the engine's routes / indexer pools to replay, if any."""
+    everyone = list(range(len(seqs)))
+    return trainers.logprobs(_shards(everyone, trainers.dp, seqs, prompt_lens, [0.0] * len(seqs), rollout, None,
+                                     carried), order=everyone)
+
+
 def train_on_groups(trainers, groups: list[Group], alg_cfg, algorithm) -> dict:
     """Run every mini-batch of a step through the trainer group; returns step metrics."""
     samples = alg_cfg.samples_per_prompt

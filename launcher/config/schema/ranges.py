@@ -60,6 +60,13 @@ RANGES: dict[str, Range] = {
     "run.eval_problems": Range(1, checked_by="EVAL001"),
     "run.hang_timeout_s": POS_FLOAT,
     "run.preemption_grace_s": POS_FLOAT,
+    "run.rollout_checks.canary.prompts": _zero("no canary"),
+    "run.rollout_checks.canary.max_tokens": POS,
+    "run.rollout_checks.canary.max_gap": POS_FLOAT,
+    "run.rollout_checks.stop_after_steps": Range(1, checked_by="CHECK001"),
+    **{f"run.rollout_checks.{metric}.{level}": Range(0) for metric in (
+        "repeat_ngram_frac", "collapse_frac", "truncated_frac", "nonfinite_logprobs", "logprob_abs_diff_mean",
+        "rollout_kl") for level in ("warn", "stop")},
     **{f"model.arch.{name}": POS for name in (
         "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
         "num_attention_heads", "num_key_value_heads", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim",

@@ -3,6 +3,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from launcher.config.schema.choices import StopSignal
+from launcher.config.schema.rollout_checks import RolloutChecksConfig
 
 
 @dataclass
@@ -59,3 +60,6 @@ class RunConfig:
     generation, the swap, a checkpoint write and 30 s for Ray's stop). `sbatch`
     asks Slurm for the signal this long before the time limit; `rayjob` gives the pods this
     terminationGracePeriodSeconds."""
+    rollout_checks: RolloutChecksConfig = field(default_factory=RolloutChecksConfig)
+    """Rollouts that cannot go silently wrong (launcher/driver/rollout_health.py): the engine-vs-trainer canary
+    and the bounds on each step's degeneration and mismatch metrics that warn, then stop the run (exit 3)."""

@@ -13,6 +13,7 @@ from launcher.validate.rules import (  # noqa: F401
     partial_rollout,
     recompute,
     reward,
+    rollout_checks,
     routing,
     runtime,
     sequence,

@@ -291,6 +291,9 @@ CASES = [
       "cannot import module 'rules_reward_raises'", "JSONDecodeError"),
     C("DATA010", "good_reward", ["data.reward_fn=rules_reward_wrong:compute_score"], E, "data.reward_fn",
       "cannot be called with verl's keywords", "missing a required argument: 'response'"),
+    # --- rollout checks
+    C("CHECK001", "tiny_grpo", ["run.steps=3", "run.rollout_checks.stop_after_steps=5"], E,
+      "run.rollout_checks.stop_after_steps", "stop_after_steps=5, run.steps=3"),
     # --- inference
     C("INF001", "dapo_sync", ["inference.tp=3"], E, "inference.tp", "inference.tp=3", "64"),
     C("INF002", "dapo_sync", ["inference.engines=1"], E, "inference.engines", "1 x 8 = 8", "16 trainer GPUs"),

@@ -1,0 +1,59 @@
+"""Bounds on each step's degeneration and trainer-vs-engine mismatch metrics
+(run.rollout_checks): past `warn` the console says so once per metric; past `stop` for
+stop_after_steps steps in a row the run stops (exit 3) with the numbers and what to check.
+
+The sync loop checks the samples' signs (GENERATION_KEYS) after generation, before it trains
+on them, and the mismatch (TRAINING_KEYS) once the step's training measured it; the async
+loop checks both on each step's row. The counts live in the driver state, so a resume counts
+on from its checkpoint.
+"""
+import sys
+
+from launcher.driver.canary import RolloutCheckError
+
+GENERATION_KEYS = ("repeat_ngram_frac", "collapse_frac", "truncated_frac", "nonfinite_logprobs")
+TRAINING_KEYS = ("logprob_abs_diff_mean", "rollout_kl")
+WHAT_TO_CHECK = {
+    "repeat_ngram_frac": "responses loop: the sampling settings (algorithm.temperature, top_p), the engine's long-decode "
+                         "kernels and its KV/recurrent state handling",
+    "collapse_frac": "responses end in one id repeated: the engine's state after a wake (inference.sleep_level), "
+                     "non-finite logits, weights that did not reach the engine",
+    "truncated_frac": "responses run to algorithm.max_response_len: loops (repeat_ngram_frac), an EOS id missing from "
+                      "the tokenizer or generation config",
+    "nonfinite_logprobs": "the engine returned NaN or infinite log-probs: a kernel that overflowed (a linear-attention "
+                          "inverse in fp16), NaN in the synced weights",
+    "logprob_abs_diff_mean": "engine and trainer disagree on the same tokens: weights synced under wrong names, dtypes "
+                             "or shards, routing (algorithm.routing_replay), kernels",
+    "rollout_kl": "as logprob_abs_diff_mean; in an async run also the samples' staleness (algorithm.max_staleness)",
+}
+
+
+class HealthWatch:
+    def __init__(self, cfg, rt):
+        self.cfg, self.rt = cfg, rt
+        self.warned: set[str] = set()
+
+    def check(self, step: int, values: dict, keys: tuple[str, ...]) -> None:
+        """Warn once per metric past its `warn`; RolloutCheckError at its stop_after_steps-th step
+        in a row past `stop`. A missing or null value (no sample, no training) leaves the count."""
+        in_a_row = self.rt.state.checks_in_a_row
+        for key in keys:
+            value, bound = values.get(key), getattr(self.cfg, key)
+            if value is None:
+                continue
+            if bound.warn is not None and value > bound.warn and key not in self.warned:
+                self.warned.add(key)
+                _say(f"warning: step {step}: {key} {value:.4g} > run.rollout_checks.{key}.warn={bound.warn} "
+                     f"(said once): {WHAT_TO_CHECK[key]}")
+            in_a_row[key] = in_a_row.get(key, 0) + 1 if bound.stop is not None and value > bound.stop else 0
+            if in_a_row[key] >= self.cfg.stop_after_steps:
+                raise RolloutCheckError(
+                    f"step {step}: {key} {value:.4g} > run.rollout_checks.{key}.stop={bound.stop} for {in_a_row[key]} "
+                    f"steps in a row (stop_after_steps={self.cfg.stop_after_steps}); "
+                    + ("the step's samples were not trained on" if key in GENERATION_KEYS else "stopped after its update")
+                    + f". What to check: {WHAT_TO_CHECK[key]}")
+
+
+def _say(message: str) -> None:
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,14 @@
+"""run.rollout_checks (launcher/driver/rollout_health.py): bounds that can hold."""
+from launcher.validate.registry import error, rule
+
+
+@rule("CHECK001")
+def stop_window_fits_the_run(cfg, plan):
+    """rollout_checks.stop_after_steps is within 1..run.steps: a longer window could never stop the run."""
+    checks, steps = cfg.run.rollout_checks, cfg.run.steps
+    if not 1 <= checks.stop_after_steps <= max(steps, 1):
+        yield error("run.rollout_checks.stop_after_steps",
+                    f"run.rollout_checks.stop_after_steps={checks.stop_after_steps}, run.steps={steps}",
+                    "It counts steps in a row past a stop bound; outside 1..run.steps no run could ever stop on it.",
+                    f"Set it between 1 and {max(steps, 1)} (default 2), or set the metric's stop bound to null "
+                    "to never stop on it.")
