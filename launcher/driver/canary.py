@@ -53,32 +53,33 @@ class Canary:
             prompts=[rt.tokenizer.encode(p.prompt) for p in problems], seed=CANARY_SEED,
             sampling=SamplingParams(max_tokens=min(cfg.max_tokens, alg.max_response_len), temperature=alg.temperature,
                                     top_p=alg.top_p))
-        self.sent: tuple[str, list] | None = None
+        self.sent: list[tuple[str, list]] = []
+        """(phase, one ObjectRef per engine) of each canary sent and not yet scored, oldest first."""
         self.unlogged: dict = {}
         """The last scored canary's gap, for the next metrics row (take_row)."""
 
     def send(self, phase: str) -> None:
         """Every engine generates the canary (behind what it was asked before)."""
-        self.sent = (phase, [self.rt.engines.submit_to(e, self.request) for e in range(len(self.rt.engines))])
+        self.sent.append((phase, [self.rt.engines.submit_to(e, self.request) for e in range(len(self.rt.engines))]))
 
     def ready(self) -> bool:
-        """Every engine's answer is back (the async loop scores it only then: it never waits)."""
-        return self.sent is not None and len(self.rt.engines.wait_done(self.sent[1], timeout_s=0)) == len(self.sent[1])
+        """The oldest canary's answers are all back (the async loop scores only then: it never waits)."""
+        return bool(self.sent) and len(self.rt.engines.wait_done(self.sent[0][1], timeout_s=0)) == len(self.sent[0][1])
 
     def drop(self) -> None:
         """A dropped step's canary (its requests were cancelled with the step's chunks)."""
-        self.sent = None
+        self.sent = []
 
     def take_row(self) -> dict:
         row, self.unlogged = self.unlogged, {}
         return row
 
     def score(self) -> CanaryResult | None:
-        """The trainer's log-probs of the tokens each engine sampled against the engine's own;
-        RolloutCheckError past canary.max_gap. None when nothing was sent."""
-        if self.sent is None:
+        """The oldest canary sent: the trainer's log-probs of the tokens each engine sampled
+        against the engine's own; RolloutCheckError past canary.max_gap. None when none was sent."""
+        if not self.sent:
             return None
-        (phase, refs), self.sent = self.sent, None
+        phase, refs = self.sent.pop(0)
         gens = [self.rt.engines.result(ref) for ref in refs]
         seqs, prompt_lens, engine_lp, where, carried = [], [], [], [], {"routes": [], "indexer_topk": []}
         for e, gen in enumerate(gens):
@@ -116,8 +117,8 @@ def _message(result: CanaryResult, bound: float) -> str:
                       for e, s, t, a, b in result.worst)
     return (f"rollout canary failed at {result.phase}: the engine's log-probs of its own canary tokens differ from "
             f"the trainer's by {result.mean_gap:.3f} nats per token on average (max {result.max_gap:.3f}, "
-            f"{result.tokens} tokens) where run.rollout_checks.canary.max_gap={bound} allows; the step's samples were "
-            f"not trained on. Largest gaps: {worst}. Likely causes: weights not synced or synced under wrong names "
+            f"{result.tokens} tokens) where run.rollout_checks.canary.max_gap={bound} allows; the run stopped here, before "
+            f"training on another batch. Largest gaps: {worst}. Likely causes: weights not synced or synced under wrong names "
             f"(weight_sync), a dtype or shard mismatch between trainer and engine, a kernel returning wrong or "
             f"non-finite values, or the engine's KV/recurrent state left undefined by a wake (sleep level). "
             f"Check the start-up row and the step's logprob_abs_diff_mean in metrics.jsonl")

@@ -23,9 +23,9 @@ The pieces the sync loop runs too (sending, scoring, training, the row) are in s
 - A background checkpoint is completed at the step boundaries (a training starts or ends)
   once its writes are over; groups without signal count towards
   algorithm.dynamic_sampling.max_empty_steps (no_signal.py).
-- The rollout canary (canary.py) goes to every engine behind each weight update, one at a
-  time, and is scored at the first step boundary after it is back (the trainer idle), never
-  waited for; run.rollout_checks' bounds are checked on every step's row (rollout_health.py).
+- The rollout canary (canary.py) goes to every engine behind each weight update and is
+  scored at the first step boundary after it is back (the trainer idle), never waited for;
+  run.rollout_checks' bounds are checked on every step's row (rollout_health.py).
 - phase.json (phase.py) names what the driver waits on for step N, the step in flight:
   `wait-groups` until N's batch is ready, `train` while N trains (the engines keep generating
   the next steps' groups all along: generation has no phase of its own), then `sync`,
@@ -143,7 +143,7 @@ def run_async(rt: Runtime) -> None:
             batcher.add(gen.harvest())
             if training is None:
                 if (batch := batcher.take(wanted)) is not None:
-                    if rt.canary is not None and rt.canary.ready():  # the trainer is idle here
+                    while rt.canary is not None and rt.canary.ready():  # the trainer is idle here
                         rt.canary.score()
                     rt.poll_checkpoint()
                     batch_info = {**_staleness(batch, rt.state.policy_version),
@@ -166,7 +166,7 @@ def _end_step(rt: Runtime, train: dict, train_s: float, batch_info: dict, batche
     rt.state.policy_version += 1
     rt.enter_phase("sync", step)
     sync_s = rt.sync_weights(with_base=False, wait=False)
-    if rt.canary is not None and rt.canary.sent is None:  # one in flight at a time, scored when back
+    if rt.canary is not None:  # behind the update on every engine; scored once back (run_async)
         rt.canary.send(f"the update to version {rt.state.policy_version} (step {step})")
     rt.state.step = step
     _collect_eval(rt, step)  # the previous step's, before this step's checkpoint and row

@@ -34,9 +34,10 @@ class HealthWatch:
         self.warned: set[str] = set()
 
     def check(self, step: int, values: dict, keys: tuple[str, ...]) -> None:
-        """Warn once per metric past its `warn`; RolloutCheckError at its stop_after_steps-th step
-        in a row past `stop`. A missing or null value (no sample, no training) leaves the count."""
-        in_a_row = self.rt.state.checks_in_a_row
+        """Warn once per metric past its `warn`; RolloutCheckError naming every metric at its
+        stop_after_steps-th step in a row past `stop`. A missing or null value (no sample, no
+        training) leaves the count."""
+        in_a_row, tripped = self.rt.state.checks_in_a_row, []
         for key in keys:
             value, bound = values.get(key), getattr(self.cfg, key)
             if value is None:
@@ -47,11 +48,13 @@ class HealthWatch:
                      f"(said once): {WHAT_TO_CHECK[key]}")
             in_a_row[key] = in_a_row.get(key, 0) + 1 if bound.stop is not None and value > bound.stop else 0
             if in_a_row[key] >= self.cfg.stop_after_steps:
-                raise RolloutCheckError(
-                    f"step {step}: {key} {value:.4g} > run.rollout_checks.{key}.stop={bound.stop} for {in_a_row[key]} "
-                    f"steps in a row (stop_after_steps={self.cfg.stop_after_steps}); "
-                    + ("the step's samples were not trained on" if key in GENERATION_KEYS else "stopped after its update")
-                    + f". What to check: {WHAT_TO_CHECK[key]}")
+                tripped.append(f"{key} {value:.4g} > run.rollout_checks.{key}.stop={bound.stop} for {in_a_row[key]} "
+                               f"steps in a row (check: {WHAT_TO_CHECK[key]})")
+        if tripped:
+            done = "the step's samples were not trained on" if set(keys) <= set(GENERATION_KEYS) else \
+                "stopped after its update"
+            raise RolloutCheckError(f"step {step}: " + "; ".join(tripped) +
+                                    f" (stop_after_steps={self.cfg.stop_after_steps}); {done}")
 
 
 def _say(message: str) -> None:

@@ -94,6 +94,10 @@ def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) 
             f"{cfg.inference.backend.value} engine (measured against its bandwidth floor, plan/timing.py)")
     log.add("timing.rollout_s", f"{timing.rollout_s:.1f}", f"a round {timing.generation_round_s:.1f} s + swap "
             f"{timing.swap_s:.1f} s (the metrics' rollout_s: generation and the colocated swap around it)")
+    if timing.canary_s:
+        log.add("timing.canary_s", f"{timing.canary_s:.2f}", f"{cfg.run.rollout_checks.canary.prompts} prompts x "
+                f"{min(cfg.run.rollout_checks.canary.max_tokens, cfg.algorithm.max_response_len)} tokens a decode step "
+                "each on every engine, then one trainer forward over them (plan/timing.py canary_check_s)")
     if (wait := update_wait_s(cfg, timing)) is not None:
         log.add("timing.update_wait_s", f"{wait[0]:.2f}", wait[1])
     log.add("timing.recommended_nccl_timeout_s", timing.recommended_nccl_timeout_s,

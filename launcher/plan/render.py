@@ -64,6 +64,7 @@ def plan_tables(plan) -> str:
         *([("colocated swap per step", f"~{t.swap_s:,.1f} s")] if t.swap_s else []),
         ("rollout per step", f"~{t.rollout_s:,.1f} s (a round + swap)" + (
             f", up to ~{t.generation_s + t.swap_s:,.0f} s" if t.generation_rounds > 1 else "")),
+        *([("rollout canary per check", f"~{t.canary_s:,.1f} s (after each wake or update)")] if t.canary_s else []),
         ("longest collective wait", f"~{t.longest_wait_s:,.0f} s ({t.longest_wait_phase})"),
         ("recommended nccl_timeout_s", t.recommended_nccl_timeout_s)]))
     if plan.routes.on:

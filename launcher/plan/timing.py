@@ -58,6 +58,9 @@ class TimingPlan:
     rollout_s: float
     """A step's rollout as the sync loop's metrics time it (`rollout_s`): one generation round and the swap.
     With dynamic sampling's regenerations a step's may reach generation_s + swap_s."""
+    canary_s: float
+    """One rollout canary check (run.rollout_checks.canary; driver/canary.py): its prompts' decode steps
+    on each engine, then the trainer's forward over the engines' canary sequences. 0 with the canary off."""
 
 
 def decode_step_s(cfg: LauncherConfig, floor_s: float, has_kda: bool) -> float:
@@ -106,4 +109,16 @@ def plan_timing(cfg: LauncherConfig, params: ParamCounts, batch: BatchPlan, inf_
     return TimingPlan(decode_step_s=step, generation_round_s=round_s, generation_rounds=rounds,
                       generation_s=generation, logprob_pass_s=logprob, train_s=train,
                       longest_wait_s=longest, longest_wait_phase=phase, recommended_nccl_timeout_s=timeout,
-                      swap_s=swap_seconds, rollout_s=round_s + swap_seconds)
+                      swap_s=swap_seconds, rollout_s=round_s + swap_seconds,
+                      canary_s=canary_check_s(cfg, step, params.active, flops_per_s))
+
+
+def canary_check_s(cfg: LauncherConfig, decode_step: float, active_params: float, flops_per_s: float) -> float:
+    """The canary's prompts run as one wave of min(max_tokens, max_response_len) decode steps on each
+    engine; the trainer scores every engine's sequences (prompt and response) in one forward."""
+    canary = cfg.run.rollout_checks.canary
+    if not canary.prompts:
+        return 0.0
+    new_tokens = min(canary.max_tokens, cfg.algorithm.max_response_len)
+    tokens = canary.prompts * max(cfg.inference.engines, 1) * (cfg.data.max_prompt_len + new_tokens)
+    return new_tokens * decode_step + 2 * active_params * tokens / (flops_per_s * LOGPROB_MFU)

@@ -1,0 +1,48 @@
+"""run.rollout_checks' bounds (launcher/driver/rollout_health.py): warn once, stop at the
+stop_after_steps-th step in a row, a step back under the bound resets the count, the counts live
+in the driver state (a resume goes on counting), and a rule refuses a window the run cannot fill."""
+import pytest
+
+from launcher.config.compose import compose
+from launcher.driver.canary import RolloutCheckError
+from launcher.driver.checkpoint import DriverState
+from launcher.driver.rollout_health import GENERATION_KEYS, TRAINING_KEYS, HealthWatch
+
+
+class _Rt:
+    def __init__(self, state=None):
+        self.state = state or DriverState()
+
+
+def _watch(*overrides, state=None):
+    cfg = compose(["recipe=tiny_grpo", *overrides]).config.run.rollout_checks
+    return HealthWatch(cfg, _Rt(state))
+
+
+def test_warns_once_and_stops_on_the_second_step_in_a_row(capsys):
+    watch = _watch()
+    watch.check(1, {"collapse_frac": 0.6, "repeat_ngram_frac": 0.1}, GENERATION_KEYS)
+    watch.check(2, {"collapse_frac": 0.1}, GENERATION_KEYS)  # back under stop: the count restarts
+    watch.check(3, {"collapse_frac": 0.7}, GENERATION_KEYS)
+    out = capsys.readouterr().out
+    assert out.count("warning:") == 1 and "warning: step 1: collapse_frac 0.6 > run.rollout_checks.collapse_frac.warn=0.05" in out
+    with pytest.raises(RolloutCheckError, match=r"step 4: collapse_frac 0.9 > .*stop=0.5 for 2 steps in a row.*"
+                                                r"samples were not trained on"):
+        watch.check(4, {"collapse_frac": 0.9}, GENERATION_KEYS)
+
+
+def test_null_values_leave_the_count_and_null_bounds_never_stop():
+    watch = _watch("run.rollout_checks.stop_after_steps=3", "run.rollout_checks.rollout_kl.stop=null")
+    for step in range(1, 6):
+        watch.check(step, {"rollout_kl": 9.0, "logprob_abs_diff_mean": None}, TRAINING_KEYS)
+    watch.check(6, {"logprob_abs_diff_mean": 2.0}, TRAINING_KEYS)
+    watch.check(7, {"logprob_abs_diff_mean": None}, TRAINING_KEYS)
+    watch.check(8, {"logprob_abs_diff_mean": 2.0}, TRAINING_KEYS)
+    with pytest.raises(RolloutCheckError, match="logprob_abs_diff_mean 2 > .* for 3 steps in a row.*after its update"):
+        watch.check(9, {"logprob_abs_diff_mean": 2.0}, TRAINING_KEYS)
+
+
+def test_a_resumed_run_counts_on_from_the_checkpoint():
+    state = DriverState(step=4, checks_in_a_row={"nonfinite_logprobs": 1})
+    with pytest.raises(RolloutCheckError, match="nonfinite_logprobs 3 > run.rollout_checks.nonfinite_logprobs.stop=0.0"):
+        _watch(state=state).check(5, {"nonfinite_logprobs": 3}, GENERATION_KEYS)
