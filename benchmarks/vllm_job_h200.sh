@@ -23,6 +23,8 @@
 #   glm      benchmarks/main_job.py --profile slice4 (slice2 on a card under 100 GiB) inference.backend=vllm algorithm.routing_replay=true:
 #            the Megatron trainer and the vLLM engine colocated, LoRA merged through CUDA IPC, routes
 #            from vLLM replayed, sleep and wake, Ctrl-C after step 3, resume to step 6, merged export
+#   glmquick 3 steps of the 2-layer slice through `python -m launcher` (Megatron + vLLM colocated, merged LoRA,
+#            routing replay, the rollout canary): the shortest proof that GLM generates and trains on vLLM
 #   glmckpt  the same from a real-format checkpoint with adapter sync (trainer.lora.merge=false): vLLM reads
 #            the base, the LoRA adapter (GLM's fused projections: launcher/workers/vllm/glm_lora_patch.py)
 #            goes to vLLM's LoRA every step; `export --adapter`
@@ -75,6 +77,14 @@ EOF
         glmbench) python3 benchmarks/engine_generation.py model=glm5_3_flash_4layer model.dtype=bfloat16 "cluster=$card" \
                       --out "$JOB/glm_generation.json" 2>&1 | grep -v -e WARNING -e Warning -e warnings.warn ;;
         glm) python3 benchmarks/main_job.py "$JOB/glm" "${glm[@]}" algorithm.routing_replay=true ;;
+        glmquick) python3 -m launcher recipe=tiny_grpo_chat model=glm5_3_flash_2layer "cluster=$card" inference.engines=1 \
+                      trainer.backend=megatron model.dtype=bfloat16 trainer.lora.rank=16 trainer.lora.alpha=32 \
+                      "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]" \
+                      algorithm.prompts_per_step=16 algorithm.mini_batch_prompts=16 algorithm.samples_per_prompt=4 \
+                      algorithm.max_response_len=64 inference.max_model_len=128 inference.backend=vllm \
+                      algorithm.routing_replay=true run.steps=3 checkpoint.every_steps=0 "run.output_dir=$JOB/runs" \
+                      run.name=glmquick >"$JOB/glmquick.log" 2>&1
+                  echo "glmquick run exit $?"; grep -v -e Warning -e warnings.warn "$JOB/glmquick.log" | tail -40 ;;
         glmckpt) python3 benchmarks/main_job.py "$JOB/glm_ckpt" "${glm[@]}" --from-checkpoint trainer.lora.merge=false
                  rm -rf "$JOB/glm_ckpt/hf_checkpoint" ;;
     esac
