@@ -17,9 +17,9 @@ class Bound:
 @dataclass
 class CanaryConfig:
     prompts: int = 4
-    """Fixed prompts (the first of the run's held-out or training problems, in the run's template) that every
-    engine generates after the first sync and after every wake (colocated) or weight update (async), and the
-    trainer scores; 0 = no canary, >= 0."""
+    """Fixed prompts (the run's first training problems, in its template) that every engine generates with a fixed
+    seed after every wake (colocated: before the step trains) or at start-up and after every weight update (async),
+    and the trainer scores; 0 = no canary, >= 0."""
     max_tokens: int = 16
     """Response tokens per canary prompt (capped at algorithm.max_response_len), >= 1."""
     max_gap: float = 0.5
