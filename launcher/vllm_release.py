@@ -82,10 +82,17 @@ class VllmRelease:
     which every reload runs (reload/layerwise.py:311 finalize_model_weights); reset to None
     there, the next forward would multiply by None (attention.py:318). 0.26 has no Glm5Next."""
 
+    online_block_fp8: bool
+    """`quantization="fp8_per_block"`: vLLM quantizes BF16 weights to E4M3 with 128x128 block scales
+    as they load, and again in every layerwise reload (an update), so FP8 engines take the trainer's
+    BF16 sync unchanged (inference.weights_dtype fp8, plan/fp8.py). The shorthand is in 0.32's
+    config/quantization.py:197 and 0.34's :277 (0.33 between them); 0.26's source was not read for
+    it, so FP8 is refused there (INF020)."""
+
 
 GLM_STALE_CACHES = ("_merged_conv_weight", "_wp_fp32")
 _SINCE_032 = dict(glm5_next=True, trainer_engines=True, nccl_transfer=True, routes_v2_runner=True,
-                  moe_lora_reload=True, weight_version_spans=True, lora_wrapper_loads=True)
+                  moe_lora_reload=True, weight_version_spans=True, lora_wrapper_loads=True, online_block_fp8=True)
 """0.33 and 0.34 keep 0.32's answer to each of these (docs/vllm_route2.md, API by API): Model
 Runner V2 still captures the routes (0.34 removed V1; VLLM_USE_V2_MODEL_RUNNER=1 is accepted
 with a "redundant" warning, platforms/interface.py:1481), the expert loader still maps base
@@ -93,7 +100,7 @@ weights through the LoRA wrapper (fused_moe/routed_experts.py:1180 in 0.34)."""
 RELEASES = {
     "0.26": VllmRelease("0.26", glm5_next=False, trainer_engines=False, nccl_transfer=False,
                         routes_v2_runner=False, moe_lora_reload=False, weight_version_spans=False,
-                        lora_wrapper_loads=False,
+                        lora_wrapper_loads=False, online_block_fp8=False,
                         ran_through_launcher=True, source_iter_full=False, stale_derived_caches=()),
     "0.32": VllmRelease("0.32", **_SINCE_032, ran_through_launcher=True, source_iter_full=False,
                         stale_derived_caches=GLM_STALE_CACHES),

@@ -16,12 +16,13 @@ resolved one (plan/_sleep.py), which the engines and the sync loop use.
 """
 from dataclasses import dataclass
 
-from launcher.config.schema.choices import InferenceBackendName, PlacementMode
+from launcher.config.schema.choices import InferenceBackendName, PlacementMode, WeightsDtype
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan._sleep import resolve_sleep_level
 from launcher.plan.arch import ArchFacts
 from launcher.plan.env import trainer_compile_threads
+from launcher.plan.fp8 import largest_layer_elements
 from launcher.plan.lora import LoraPlan
 from launcher.plan.memory_inference import ENGINE_ASLEEP_GIB, InferenceMemory, engine_reserve, inference_memory
 from launcher.plan.memory_trainer import DTYPE_BYTES, GIB, TrainerMemory, trainer_memory
@@ -90,7 +91,21 @@ def sync_temporaries_gib(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> f
     Engines add nothing here: vLLM's and the hf engine (launcher/workers/hf/experts_in_place.py)
     copy each expert's tensors into their fused parameters as they arrive. (The hf engine's
     stacking and concatenation, as transformers runs its rules, held three copies of a layer's
-    fused tensor: 27 GiB on the slice, where step 1's sync ran out of memory.)"""
+    fused tensor: 27 GiB on the slice, where step 1's sync ran out of memory.)
+    - with FP8 engine weights, the engine's BF16 copy of the largest layer it quantizes, held by
+      vLLM's layerwise reload until the layer's last weight arrives (plan/fp8.py), split over tp."""
+    return _merge_temporaries_gib(cfg, mesh, f) + _quantize_temporaries_gib(cfg)
+
+
+def _quantize_temporaries_gib(cfg: LauncherConfig) -> float:
+    if cfg.inference.weights_dtype is not WeightsDtype.fp8:
+        return 0.0
+    layer = largest_layer_elements(cfg.model.arch) * DTYPE_BYTES[cfg.model.dtype.value]
+    return layer / max(cfg.inference.tp, 1) / GIB
+
+
+def _merge_temporaries_gib(cfg: LauncherConfig, mesh: MeshPlan, f: ArchFacts) -> float:
+    """The merged LoRA experts' copies (see sync_temporaries_gib)."""
     a = cfg.model.arch
     if not f.has_moe:
         return 0.0

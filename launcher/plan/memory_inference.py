@@ -3,6 +3,8 @@
 Assumptions:
 - Weights in the model dtype over the engine's tp GPUs (experts too: with
   enable_expert_parallel they are split over the same GPUs); replicated parts stay whole.
+  With inference.weights_dtype fp8 the quantized matrices (all sharded) weigh 1 B an element
+  plus a 4 B scale per 128x128 block (launcher/plan/fp8.py).
 - KDA keeps a constant fp32 recurrent state (heads x dim x dim) plus a bf16 conv state
   (3 x width x (kernel - 1)) per sequence and layer, split by tp.
 - DSA layers cache the MLA latent (kv_lora_rank + rope, kv dtype) per token, replicated on
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from launcher.config.schema.choices import KvCacheDtype
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan.arch import ArchFacts
+from launcher.plan.fp8 import engine_saving_bytes
 from launcher.plan.memory_trainer import DTYPE_BYTES, GIB
 from launcher.plan.params import ParamCounts
 
@@ -68,7 +71,8 @@ def per_sequence_bytes(cfg: LauncherConfig, f: ArchFacts) -> tuple[float, float]
 def inference_memory(cfg: LauncherConfig, params: ParamCounts, f: ArchFacts) -> InferenceMemory:
     inf, a = cfg.inference, cfg.model.arch
     s = params.split
-    weights = (s.tp / inf.tp + s.rep + s.exp / inf.tp) * DTYPE_BYTES[cfg.model.dtype.value]
+    weights = (s.tp / inf.tp + s.rep + s.exp / inf.tp) * DTYPE_BYTES[cfg.model.dtype.value] \
+        - engine_saving_bytes(cfg) / inf.tp
     state, per_token = per_sequence_bytes(cfg, f)
     per_seq = state + inf.max_model_len * per_token
     cache = inf.max_num_seqs * per_seq

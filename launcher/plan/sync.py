@@ -1,6 +1,7 @@
 """Weight sync per step: what ships, which transport carries it, and its price.
 
-Merged sync ships every parameter in the model dtype to every engine; adapter sync ships
+Merged sync ships every parameter in the model dtype to every engine (also to FP8 engines,
+inference.weights_dtype fp8: vLLM quantizes each layer as it arrives); adapter sync ships
 the LoRA tensors only. The transport (`sync_transport`, a SyncTransport: the code of each
 is a plug-in of launcher/weight_sync/transports/ registered under it): hf engines take
 buckets; on GPUs, one engine sharing trainer rank 0's GPU maps each bucket's device buffer

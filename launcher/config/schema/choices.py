@@ -56,6 +56,14 @@ class KvCacheDtype(str, Enum):
     fp8 = "fp8"
 
 
+class WeightsDtype(str, Enum):
+    """What an engine holds its weights in (inference.weights_dtype): `bf16` as trained, or `fp8`:
+    E4M3 with one FP32 scale per 128x128 block where vLLM's FP8 kernels apply (docs/fp8_rollouts.md)."""
+
+    bf16 = "bf16"
+    fp8 = "fp8"
+
+
 class RouterPolicy(str, Enum):
     round_robin = "round_robin"
     least_loaded = "least_loaded"

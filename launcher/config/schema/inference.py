@@ -2,7 +2,7 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
-from launcher.config.schema.choices import InferenceBackendName, KvCacheDtype, RouterPolicy, UpdateMode
+from launcher.config.schema.choices import InferenceBackendName, KvCacheDtype, RouterPolicy, UpdateMode, WeightsDtype
 
 
 @dataclass
@@ -33,6 +33,13 @@ class InferenceConfig:
     """Longest prompt + response per sequence; sizes the DSA cache."""
     kv_cache_dtype: KvCacheDtype = KvCacheDtype.auto
     """KV cache dtype (GLM-5.3-Flash recipes: bfloat16)."""
+    weights_dtype: WeightsDtype = WeightsDtype.bf16
+    """Engine weights: `bf16` as the trainer holds them, or `fp8`: vLLM's online block FP8
+    (`quantization=fp8_per_block`: E4M3 with an FP32 scale per 128x128 block) in the layers vLLM
+    quantizes (GLM-5.3-Flash: the dense, shared and routed expert MLPs), BF16 elsewhere. The sync
+    still ships BF16; vLLM quantizes each layer as it arrives. The engine's weights and decode floor
+    shrink and the KV cache grows. vLLM >= 0.32 on Hopper or newer, with an off-policy correction
+    (FP8 sampling is not the trained policy): docs/fp8_rollouts.md."""
     sleep_level: Optional[int] = None
     """Colocated sleep: 1 = weights to host RAM + drop cache, 2 = drop both (the next sync re-sends
     them), 0 = never sleep. null = derived by the planner (plan.memory.sleep_level): 2 for merged

@@ -4,6 +4,7 @@ from launcher.validate.rules import (  # noqa: F401
     backends,
     data,
     data_preflight,
+    fp8,
     indexer_replay,
     inference,
     lora,

@@ -4,7 +4,7 @@ Every number an engine starts with comes from the plan or the config, so what `p
 printed is what runs: max_num_seqs, max_model_len, the memory budget, TP/EP, LoRA rank and
 targets, sleep mode. Kept free of vllm so it is unit-tested in the project's main venv.
 """
-from launcher.config.schema.choices import PlacementMode, UpdateMode
+from launcher.config.schema.choices import PlacementMode, UpdateMode, WeightsDtype
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan import Plan
 from launcher.plan.lora import VLLM_LORA_RANKS
@@ -82,6 +82,10 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
         # Without it vLLM builds Glm5Next's multimodal processor, which refuses to start with
         # skip_tokenizer_init (renderers/base.py); text-only models ignore it.
         kwargs["language_model_only"] = True
+    if inf.weights_dtype is WeightsDtype.fp8:
+        # vLLM's online block FP8: each layer quantized as it loads, at start-up and in every
+        # reload (a weight update), so the sync stays BF16 (plan/fp8.py).
+        kwargs["quantization"] = "fp8_per_block"
     if not plan.startup.engine_reads_checkpoint:
         # Random init, or a merged/full sync that re-sends every weight: the trainer pushes
         # its weights before the first generation, so reading the checkpoint is wasted.

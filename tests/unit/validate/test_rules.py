@@ -416,6 +416,14 @@ CASES = [
                                     "inference.lora_targets=[q_proj,v_proj,experts]"],
       E, "trainer.lora.merge", "adapter sync into a vLLM engine on CPU"),
     C("INF015", "tiny_grpo", ["inference.update_mode=in_flight"], E, "inference.update_mode", "placement.mode=colocated"),
+    C("INF017", "tiny_grpo", ["inference.weights_dtype=fp8"], E, "inference.weights_dtype",
+      "inference.weights_dtype=fp8", "inference.backend=hf"),
+    C("INF018", "dapo_sync", ["inference.weights_dtype=fp8", "cluster.gpu.arch=ampere"], E, "inference.weights_dtype",
+      "inference.weights_dtype=fp8", "cluster.gpu.arch=ampere"),
+    C("INF018", "tiny_grpo", ["inference.backend=vllm", "inference.weights_dtype=fp8"], E, "inference.weights_dtype",
+      "cluster.gpu.arch=cpu"),
+    C("INF019", "dapo_sync", ["inference.weights_dtype=fp8", "algorithm.off_policy.token.mode=off"], E,
+      "algorithm.off_policy.token.mode", "token.mode=off", "inference.weights_dtype=fp8"),
     C("INF016", "dapo_async", ["inference.backend=hf", "inference.update_mode=in_flight",
                                "algorithm.routing_agreement=true", "run.eval_every_steps=5"], E, "inference.update_mode",
       "routing_agreement=true", "eval_every_steps=5"),
@@ -523,7 +531,7 @@ def _marks(rule: str, bug: str | None = None) -> list:
 
 
 PASSES = sorted({(c.rule, c.base) for c in CASES if not c.bug})
-INSTALLED_VLLM_RULES = {"INF012", "INF013", "INF014"}
+INSTALLED_VLLM_RULES = {"INF012", "INF013", "INF014", "INF020"}
 """Rules that read the installed vLLM's version, which no override sets: their cases set the
 version the rule sees (tests/unit/validate/test_vllm_release.py, test_in_flight_release.py)."""
 

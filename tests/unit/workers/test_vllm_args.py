@@ -127,3 +127,10 @@ def test_route_capture_and_its_prefix_caching_only_when_routes_are_wanted(point,
     kw_off = _kwargs(point, "recipe=dapo_sync")
     assert "enable_return_routed_experts" not in kw_off and "enable_prefix_caching" not in kw_off
     assert routes_env(off.cfg, RELEASES["0.32"]) == {}
+
+
+def test_fp8_engines_ask_vllm_for_online_block_quantization(point):
+    """inference.weights_dtype=fp8: vLLM quantizes each layer as it loads and on every reload;
+    bf16 engines ask for nothing."""
+    assert _kwargs(point, "recipe=dapo_sync", "inference.weights_dtype=fp8")["quantization"] == "fp8_per_block"
+    assert "quantization" not in _kwargs(point, "recipe=dapo_sync")
