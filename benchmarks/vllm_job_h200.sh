@@ -25,6 +25,7 @@
 #            from vLLM replayed, sleep and wake, Ctrl-C after step 3, resume to step 6, merged export
 #   glmquick 3 steps of the 2-layer slice through `python -m launcher` (Megatron + vLLM colocated, merged LoRA,
 #            routing replay, the rollout canary): the shortest proof that GLM generates and trains on vLLM
+#   glmfp8   the same with FP8 engine weights (inference.weights_dtype=fp8: vLLM's online fp8_per_block)
 #   glmckpt  the same from a real-format checkpoint with adapter sync (trainer.lora.merge=false): vLLM reads
 #            the base, the LoRA adapter (GLM's fused projections: launcher/workers/vllm/glm_lora_patch.py)
 #            goes to vLLM's LoRA every step; `export --adapter`
@@ -44,6 +45,17 @@ common=(recipe=tiny_grpo_chat algorithm.prompts_per_step=16 algorithm.mini_batch
         trainer.lora.alpha=32 trainer.optimizer.lr=1e-4 "trainer.lora.targets=[q_proj,k_proj,v_proj,o_proj]"
         algorithm.max_response_len=256 inference.max_model_len=320 run.eval_every_steps=0 checkpoint.every_steps=0
         "run.output_dir=$JOB/runs")
+glm_quick() {  # NAME [OVERRIDE ...]: 3 steps of the 2-layer GLM slice through the launcher, its log under $JOB
+    local name=$1; shift
+    python3 -m launcher recipe=tiny_grpo_chat model=glm5_3_flash_2layer "cluster=$card" inference.engines=1 \
+        trainer.backend=megatron model.dtype=bfloat16 trainer.lora.rank=16 trainer.lora.alpha=32 \
+        "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]" \
+        algorithm.prompts_per_step=16 algorithm.mini_batch_prompts=16 algorithm.samples_per_prompt=4 \
+        algorithm.max_response_len=64 inference.max_model_len=128 inference.backend=vllm \
+        algorithm.routing_replay=true run.steps=3 checkpoint.every_steps=0 "run.output_dir=$JOB/runs" \
+        "run.name=$name" "$@" >"$JOB/$name.log" 2>&1
+    echo "$name run exit $?"; grep -v -e Warning -e warnings.warn "$JOB/$name.log" | tail -40
+}
 for part in $parts; do
     case $part in
         bench) python3 benchmarks/engine_generation.py --out "$JOB/engine_generation.json" 2>&1 \
@@ -77,14 +89,8 @@ EOF
         glmbench) python3 benchmarks/engine_generation.py model=glm5_3_flash_4layer model.dtype=bfloat16 "cluster=$card" \
                       --out "$JOB/glm_generation.json" 2>&1 | grep -v -e WARNING -e Warning -e warnings.warn ;;
         glm) python3 benchmarks/main_job.py "$JOB/glm" "${glm[@]}" algorithm.routing_replay=true ;;
-        glmquick) python3 -m launcher recipe=tiny_grpo_chat model=glm5_3_flash_2layer "cluster=$card" inference.engines=1 \
-                      trainer.backend=megatron model.dtype=bfloat16 trainer.lora.rank=16 trainer.lora.alpha=32 \
-                      "trainer.lora.targets=[linear_proj,linear_fc1,linear_fc2,q_proj,k_proj,v_proj,o_proj]" \
-                      algorithm.prompts_per_step=16 algorithm.mini_batch_prompts=16 algorithm.samples_per_prompt=4 \
-                      algorithm.max_response_len=64 inference.max_model_len=128 inference.backend=vllm \
-                      algorithm.routing_replay=true run.steps=3 checkpoint.every_steps=0 "run.output_dir=$JOB/runs" \
-                      run.name=glmquick >"$JOB/glmquick.log" 2>&1
-                  echo "glmquick run exit $?"; grep -v -e Warning -e warnings.warn "$JOB/glmquick.log" | tail -40 ;;
+        glmquick) glm_quick glmquick ;;
+        glmfp8) glm_quick glmfp8 inference.weights_dtype=fp8 ;;
         glmckpt) python3 benchmarks/main_job.py "$JOB/glm_ckpt" "${glm[@]}" --from-checkpoint trainer.lora.merge=false
                  rm -rf "$JOB/glm_ckpt/hf_checkpoint" ;;
     esac
