@@ -18,6 +18,7 @@ it is back: the trainer may have taken one more step by then, which the bound al
 (that step's drift is what `logprob_abs_diff_mean` reads there too).
 """
 import math
+import time
 from dataclasses import dataclass
 
 from launcher.contract.messages import GenerationRequest, SamplingParams
@@ -71,6 +72,8 @@ class Canary:
         self.sent = []
 
     def take_row(self) -> dict:
+        """canary_gap_mean / _max and canary_s (waiting for the engines' answers, then the trainer's
+        scoring) of the last canary scored, once."""
         row, self.unlogged = self.unlogged, {}
         return row
 
@@ -80,6 +83,7 @@ class Canary:
         if not self.sent:
             return None
         phase, refs = self.sent.pop(0)
+        started = time.monotonic()
         gens = [self.rt.engines.result(ref) for ref in refs]
         seqs, prompt_lens, engine_lp, where, carried = [], [], [], [], {"routes": [], "indexer_topk": []}
         for e, gen in enumerate(gens):
@@ -93,7 +97,8 @@ class Canary:
         carried = {k: v for k, v in carried.items() if len(v) == len(seqs)}
         trainer_lp = trainer_logprobs(self.rt.trainers, seqs, prompt_lens, engine_lp, carried)
         result = _compare(phase, seqs, prompt_lens, engine_lp, trainer_lp, where)
-        self.unlogged = {"canary_gap_mean": result.mean_gap, "canary_gap_max": result.max_gap}
+        self.unlogged = {"canary_gap_mean": result.mean_gap, "canary_gap_max": result.max_gap,
+                         "canary_s": time.monotonic() - started}
         if not math.isfinite(result.mean_gap) or result.mean_gap > self.max_gap:
             raise RolloutCheckError(_message(result, self.max_gap))
         return result
