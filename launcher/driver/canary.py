@@ -21,6 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from launcher.config.schema.choices import PlacementMode
 from launcher.contract.messages import GenerationRequest, SamplingParams
 from launcher.driver.train import trainer_logprobs
 
@@ -28,6 +29,10 @@ CANARY_SEED = 0xCA7A_27
 """The canary requests' sampling seed: the same tokens on every check of unchanged weights."""
 WORST_TOKENS = 5
 """Tokens with the largest gaps the failure names."""
+BASELINE_MARGIN = 0.1
+"""Nats a check may exceed relative_to_first x the first gap by: bf16 engines drift that much
+between checks of healthy weights (the random-init GLM slice's per-step gap ranged to 0.13 on
+the H200); fp32 ones agree to ~1e-7, so on CPU this margin is the whole bound."""
 
 
 class RolloutCheckError(RuntimeError):
@@ -49,6 +54,10 @@ class Canary:
         cfg = rt.config.run.rollout_checks.canary
         alg = rt.config.algorithm
         self.rt, self.max_gap = rt, cfg.max_gap
+        colocated = rt.config.placement.mode is PlacementMode.colocated
+        self.relative = cfg.relative_to_first if colocated else 0.0
+        self.baseline: float | None = None
+        """This launch's first canary gap (the colocated loop's relative bound, limit())."""
         problems = rt.stream.take(0, cfg.prompts)  # the stream's first problems; draws nothing (no position)
         self.request = GenerationRequest(
             prompts=[rt.tokenizer.encode(p.prompt) for p in problems], seed=CANARY_SEED,
@@ -79,12 +88,35 @@ class Canary:
 
     def score(self) -> CanaryResult | None:
         """The oldest canary sent: the trainer's log-probs of the tokens each engine sampled
-        against the engine's own; RolloutCheckError past canary.max_gap. None when none was sent."""
+        against the engine's own; RolloutCheckError past the bound (limit()). None when none was sent."""
         if not self.sent:
             return None
         phase, refs = self.sent.pop(0)
         started = time.monotonic()
-        gens = [self.rt.engines.result(ref) for ref in refs]
+        result = self._measure(phase, [self.rt.engines.result(ref) for ref in refs])
+        self.unlogged = {"canary_gap_mean": result.mean_gap, "canary_gap_max": result.max_gap,
+                         "canary_s": time.monotonic() - started}
+        limit, basis = self.limit()
+        if not math.isfinite(result.mean_gap) or result.mean_gap > limit:
+            raise RolloutCheckError(_message(result, limit, basis))
+        if self.baseline is None:
+            self.baseline = result.mean_gap
+        return result
+
+    def limit(self) -> tuple[float, str]:
+        """(the largest mean gap a check may have, where it comes from): canary.max_gap, and in the
+        colocated loop also canary.relative_to_first x this launch's first gap + BASELINE_MARGIN
+        (the engine and trainer hold the same weights at every check there; in the async loop the
+        trainer may be an update ahead, so only max_gap holds)."""
+        bound, basis = self.max_gap, f"run.rollout_checks.canary.max_gap={self.max_gap}"
+        if self.relative and self.baseline is not None:
+            relative = self.relative * self.baseline + BASELINE_MARGIN
+            if relative < bound:
+                bound, basis = relative, (f"run.rollout_checks.canary.relative_to_first={self.relative} x this run's "
+                                          f"first canary gap {self.baseline:.3g} + {BASELINE_MARGIN}")
+        return bound, basis
+
+    def _measure(self, phase: str, gens: list) -> CanaryResult:
         seqs, prompt_lens, engine_lp, where, carried = [], [], [], [], {"routes": [], "indexer_topk": []}
         for e, gen in enumerate(gens):
             for s, (prompt, tokens) in enumerate(zip(self.request.prompts, gen.tokens, strict=True)):
@@ -96,12 +128,7 @@ class Canary:
                 carried[key] += getattr(gen, key) or []
         carried = {k: v for k, v in carried.items() if len(v) == len(seqs)}
         trainer_lp = trainer_logprobs(self.rt.trainers, seqs, prompt_lens, engine_lp, carried)
-        result = _compare(phase, seqs, prompt_lens, engine_lp, trainer_lp, where)
-        self.unlogged = {"canary_gap_mean": result.mean_gap, "canary_gap_max": result.max_gap,
-                         "canary_s": time.monotonic() - started}
-        if not math.isfinite(result.mean_gap) or result.mean_gap > self.max_gap:
-            raise RolloutCheckError(_message(result, self.max_gap))
-        return result
+        return _compare(phase, seqs, prompt_lens, engine_lp, trainer_lp, where)
 
 
 def _compare(phase, seqs, prompt_lens, engine_lp, trainer_lp, where) -> CanaryResult:
@@ -117,12 +144,12 @@ def _compare(phase, seqs, prompt_lens, engine_lp, trainer_lp, where) -> CanaryRe
                         [(e, s, token, a, b) for _, e, s, token, a, b in worst])
 
 
-def _message(result: CanaryResult, bound: float) -> str:
+def _message(result: CanaryResult, bound: float, basis: str) -> str:
     worst = "; ".join(f"engine {e} prompt {s} token {t}: engine {a:.3f}, trainer {b:.3f}"
                       for e, s, t, a, b in result.worst)
     return (f"rollout canary failed at {result.phase}: the engine's log-probs of its own canary tokens differ from "
             f"the trainer's by {result.mean_gap:.3f} nats per token on average (max {result.max_gap:.3f}, "
-            f"{result.tokens} tokens) where run.rollout_checks.canary.max_gap={bound} allows; the run stopped here, before "
+            f"{result.tokens} tokens) where {bound:.3g} is allowed ({basis}); the run stopped here, before "
             f"training on another batch. Largest gaps: {worst}. Likely causes: weights not synced or synced under wrong names "
             f"(weight_sync), a dtype or shard mismatch between trainer and engine, a kernel returning wrong or "
             f"non-finite values, or the engine's KV/recurrent state left undefined by a wake (sleep level). "

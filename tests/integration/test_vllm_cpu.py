@@ -19,6 +19,8 @@ sync, so layers arrive split over buckets, as a large model's do with the real b
 import importlib.util
 import itertools
 import json
+import os
+import re
 import sys
 
 import pytest
@@ -119,6 +121,49 @@ def test_merged_sync_every_step_and_reward_rises(tmp_path, probes, start, reques
     assert last > first + 0.25, f"reward did not rise: first steps {rewards[:5]}, last steps {rewards[-5:]}"
     # The rollout canary after every wake (run.rollout_checks): vLLM and the trainer agree to ~4e-7 in fp32.
     assert all(m["canary_gap_mean"] < LOGP_TOL for m in metrics)
+
+
+VLLM_FAULT = """
+import os, sys
+if sys.argv and sys.argv[0].endswith("default_worker.py") and os.environ.get("VLLM_FAULT_AT"):
+    import torch
+    from launcher.workers.vllm import worker
+
+    finish, at, done = worker.WeightSyncExtension.finish_weight_reload, int(os.environ["VLLM_FAULT_AT"]), []
+
+    def perturbed(self):
+        finish(self)
+        done.append(1)
+        if len(done) == at:
+            gen = torch.Generator().manual_seed(at)
+            with torch.no_grad():
+                for p in self.model_runner.get_model().parameters():
+                    p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5)
+
+    worker.WeightSyncExtension.finish_weight_reload = perturbed
+"""
+"""Test fault injection from outside the product: a sitecustomize that, in Ray's worker processes,
+perturbs the vLLM engine's weights once its VLLM_FAULT_AT-th update is loaded."""
+
+
+def test_a_perturbed_update_is_caught_by_the_canary(tmp_path, monkeypatch, capsys):
+    """The third update (after step 2) reaches the engine with noise on every weight, as a sync under
+    wrong names or dtypes would leave it: the canary of step 3 stops the run (exit 3) before it trains."""
+    from launcher.config.compose import compose
+    from launcher.driver.launch import launch
+    from launcher.plan import make_plan
+
+    (tmp_path / "faults").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "faults" / "sitecustomize.py").write_text(VLLM_FAULT)
+    monkeypatch.setenv("PYTHONPATH", ":".join(filter(None, [str(tmp_path / "faults"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("VLLM_FAULT_AT", "3")  # the initial push, step 1's and step 2's update
+    composed = compose(["recipe=tiny_qwen3_vllm", "run.steps=5"])
+    assert launch(composed, make_plan(composed.config), tmp_path / "run") == ExitCode.RUN_FAILED
+    err = capsys.readouterr().err
+    assert re.search(r"rollout canary failed at (the wake of )?step 3: .* differ from the trainer's by", err), err[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "reward" in r] == [1, 2]
 
 
 ASYNC = ["cluster.nodes=2", "placement.mode=async", "placement.trainer_nodes=1", "placement.inference_nodes=1",

@@ -63,6 +63,7 @@ RANGES: dict[str, Range] = {
     "run.rollout_checks.canary.prompts": _zero("no canary"),
     "run.rollout_checks.canary.max_tokens": POS,
     "run.rollout_checks.canary.max_gap": POS_FLOAT,
+    "run.rollout_checks.canary.relative_to_first": _zero("only max_gap"),
     "run.rollout_checks.stop_after_steps": Range(1, checked_by="CHECK001"),
     **{f"run.rollout_checks.{metric}.{level}": Range(0) for metric in (
         "repeat_ngram_frac", "collapse_frac", "truncated_frac", "nonfinite_logprobs", "logprob_abs_diff_mean",

@@ -26,6 +26,10 @@ class CanaryConfig:
     """Largest mean |engine - trainer| log-prob (nats per token) over the canary's tokens, > 0. A healthy engine
     is within the run's own mismatch (bf16 random-init GLM slice on the H200: 0.13 per step; fp32 on CPU ~1e-5);
     wrong weights, names, dtypes or recurrent state after a wake give whole nats."""
+    relative_to_first: float = 10.0
+    """Colocated loop: a check also fails past this multiple of the launch's first canary gap plus 0.1 nats
+    (driver/canary.py BASELINE_MARGIN), when that is lower than max_gap: engine and trainer hold the same weights
+    at every check there, so a small model's corruption that stays under max_gap still shows; 0 = off, >= 0."""
 
 
 @dataclass

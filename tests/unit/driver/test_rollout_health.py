@@ -46,3 +46,40 @@ def test_a_resumed_run_counts_on_from_the_checkpoint():
     state = DriverState(step=4, checks_in_a_row={"nonfinite_logprobs": 1})
     with pytest.raises(RolloutCheckError, match="nonfinite_logprobs 3 > run.rollout_checks.nonfinite_logprobs.stop=0.0"):
         _watch(state=state).check(5, {"nonfinite_logprobs": 3}, GENERATION_KEYS)
+
+
+class _Stream:
+    def take(self, position, n):
+        from launcher.rl.tasks import Problem
+
+        return [Problem(f"p{position + i}", "a") for i in range(n)]
+
+
+class _Tokenizer:
+    def encode(self, text):
+        return [ord(c) % 50 + 10 for c in text]
+
+
+def _canary(*overrides):
+    from launcher.driver.canary import Canary
+
+    rt = _Rt()
+    rt.config = compose(["recipe=tiny_grpo", *overrides]).config
+    rt.stream, rt.tokenizer = _Stream(), _Tokenizer()
+    return Canary(rt)
+
+
+def test_the_canary_bound_is_relative_to_the_first_gap_only_in_the_colocated_loop():
+    colocated = _canary()
+    assert colocated.limit()[0] == 0.5  # before a first gap: max_gap
+    colocated.baseline = 1e-7  # fp32 on CPU
+    bound, basis = colocated.limit()
+    assert bound == pytest.approx(0.1 + 1e-6) and "relative_to_first=10.0" in basis
+    colocated.baseline = 0.2  # 10 x 0.2 + 0.1 is past max_gap: max_gap holds
+    assert colocated.limit() == (0.5, "run.rollout_checks.canary.max_gap=0.5")
+    asynchronous = _canary("recipe=tiny_dapo_async")
+    asynchronous.baseline = 1e-7  # the trainer may be an update ahead at a check: no relative bound
+    assert asynchronous.limit()[0] == 0.5
+    off = _canary("run.rollout_checks.canary.relative_to_first=0")
+    off.baseline = 1e-7
+    assert off.limit()[0] == 0.5
