@@ -169,16 +169,17 @@ def _end_step(rt: Runtime, train: dict, train_s: float, batch_info: dict, batche
     if rt.canary is not None:  # behind the update on every engine; scored once back (run_async)
         rt.canary.send(f"the update to version {rt.state.policy_version} (step {step})")
     rt.state.step = step
+    counts = batcher.step_counts()
+    rt.health.check(step, {**counts, **train}, GENERATION_KEYS + TRAINING_KEYS, defer=True)  # before the checkpoint
     _collect_eval(rt, step)  # the previous step's, before this step's checkpoint and row
     if rt.checkpointer.due(step):
         rt.enter_phase("checkpoint", step)
     rt.maybe_checkpoint()
     now = time.monotonic()
     step_s = now - last_step_end
-    counts = batcher.step_counts()
     rt.log_step(step_metrics(rt, counts, train, train_s=train_s, sync_s=sync_s, step_s=step_s,
                              other_s=max(step_s - train_s - batch_info["rollout_s"], 0.0), **batch_info))
-    rt.health.check(step, {**counts, **train}, GENERATION_KEYS + TRAINING_KEYS)
+    rt.health.raise_pending()
     rt.start_eval()  # on every engine behind the update just sent: exactly this version
     return now
 

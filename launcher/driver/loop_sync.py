@@ -181,11 +181,12 @@ def _run_step(rt: Runtime, step: int, level: int) -> None:
         rt.enter_phase("sync", step)
         sync_s = rt.sync_weights(with_base=level >= 2, wait=True)
     rt.state.step = step
+    rt.health.check(step, train, TRAINING_KEYS, defer=True)  # counted into this step's checkpoint
     if rt.checkpointer.due(step):
         rt.enter_phase("checkpoint", step)
     rt.maybe_checkpoint()
     step_s = time.monotonic() - t0
     rt.log_step(step_metrics(rt, gen, train, rollout_s=t1 - t0, train_s=train_s, sync_s=sync_s, step_s=step_s,
                              other_s=step_s - gen["gen_s"] - train_s))
-    rt.health.check(step, train, TRAINING_KEYS)
+    rt.health.raise_pending()
     rt.no_signal.sync_step(step, len(groups), gen["rounds"], seen, gen.get("partial_groups_carried", 0))

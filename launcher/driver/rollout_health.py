@@ -4,8 +4,9 @@ stop_after_steps steps in a row the run stops (exit 3) with the numbers and what
 
 The sync loop checks the samples' signs (GENERATION_KEYS) after generation, before it trains
 on them, and the mismatch (TRAINING_KEYS) once the step's training measured it; the async
-loop checks both on each step's row. The counts live in the driver state, so a resume counts
-on from its checkpoint.
+loop checks both at the end of each step. The counts live in the driver state, counted before
+the step's checkpoint is taken, so a resume counts on from it; a stop on them is raised after
+the step's row is logged.
 """
 import sys
 
@@ -32,11 +33,13 @@ class HealthWatch:
     def __init__(self, cfg, rt):
         self.cfg, self.rt = cfg, rt
         self.warned: set[str] = set()
+        self.pending: RolloutCheckError | None = None
 
-    def check(self, step: int, values: dict, keys: tuple[str, ...]) -> None:
+    def check(self, step: int, values: dict, keys: tuple[str, ...], defer: bool = False) -> None:
         """Warn once per metric past its `warn`; RolloutCheckError naming every metric at its
         stop_after_steps-th step in a row past `stop`. A missing or null value (no sample, no
-        training) leaves the count."""
+        training) leaves the count. `defer`: count now (before the step's checkpoint takes the
+        counts) and raise at raise_pending() (after the step's row is logged)."""
         in_a_row, tripped = self.rt.state.checks_in_a_row, []
         for key in keys:
             value, bound = values.get(key), getattr(self.cfg, key)
@@ -53,8 +56,15 @@ class HealthWatch:
         if tripped:
             done = "the step's samples were not trained on" if set(keys) <= set(GENERATION_KEYS) else \
                 "stopped after its update"
-            raise RolloutCheckError(f"step {step}: " + "; ".join(tripped) +
-                                    f" (stop_after_steps={self.cfg.stop_after_steps}); {done}")
+            self.pending = RolloutCheckError(f"step {step}: " + "; ".join(tripped) +
+                                             f" (stop_after_steps={self.cfg.stop_after_steps}); {done}")
+        if not defer:
+            self.raise_pending()
+
+    def raise_pending(self) -> None:
+        if self.pending is not None:
+            error, self.pending = self.pending, None
+            raise error
 
 
 def _say(message: str) -> None:

@@ -83,3 +83,13 @@ def test_the_canary_bound_is_relative_to_the_first_gap_only_in_the_colocated_loo
     off = _canary("run.rollout_checks.canary.relative_to_first=0")
     off.baseline = 1e-7
     assert off.limit()[0] == 0.5
+
+
+def test_a_deferred_stop_counts_into_the_state_now_and_raises_after_the_row():
+    state = DriverState(step=2, checks_in_a_row={"rollout_kl": 1})
+    watch = _watch(state=state)
+    watch.check(3, {"rollout_kl": 0.9, "logprob_abs_diff_mean": 0.01}, TRAINING_KEYS, defer=True)
+    assert state.checks_in_a_row == {"rollout_kl": 2, "logprob_abs_diff_mean": 0}  # what step 3's checkpoint holds
+    with pytest.raises(RolloutCheckError, match="step 3: rollout_kl 0.9"):
+        watch.raise_pending()
+    watch.raise_pending()  # raised once
