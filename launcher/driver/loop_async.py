@@ -143,12 +143,12 @@ def run_async(rt: Runtime) -> None:
             batcher.add(gen.harvest())
             if training is None:
                 if (batch := batcher.take(wanted)) is not None:
-                    while rt.canary is not None and rt.canary.ready():  # the trainer is idle here
-                        rt.canary.score()
                     rt.poll_checkpoint()
                     batch_info = {**_staleness(batch, rt.state.policy_version),
                                   "rollout_s": time.monotonic() - last_step_end}
                     rt.enter_phase("train", rt.state.step + 1)
+                    while rt.canary is not None and rt.canary.ready():  # the trainer's first work of the step
+                        rt.canary.score()
                     training, waiting = executor.submit(timed_train, rt, batch), False
             elif training.done():
                 (train, train_s), training = training.result(), None
