@@ -17,7 +17,7 @@ EVAL_MARK = "eval/n"
 """Present in every evaluation row of metrics.jsonl and in no training row."""
 EVAL_SERIES = (("eval/greedy_acc", "held-out greedy accuracy"), ("eval/mean_at_k_acc", "held-out mean@k accuracy"))
 MISMATCH_SERIES = ("logprob_abs_diff_mean", "logprob_abs_diff_max", "rollout_kl", "is_masked_frac", "routing_agreement",
-                   "indexer_agreement")
+                   "indexer_agreement", "canary_gap_mean")
 """Trainer-vs-rollout keys of the training rows, drawn per step on their own panel."""
 DEGENERATION_SERIES = ("repeat_ngram_frac", "collapse_frac", "truncated_frac")
 """Shares of a step's samples that look broken rather than bad, drawn on the last panel."""
