@@ -133,10 +133,14 @@ def _training_steps(run_dir: Path) -> list[int]:
 
 
 def _requeued(slurm, job: str, restarts: int) -> None:
-    """Wait until the job is pending again after its `restarts`-th requeue, then let it start at once
-    (Slurm holds a requeued job for about two minutes)."""
+    """Wait until the job is pending again after its `restarts`-th requeue and its node is idle, then
+    let it start (Slurm holds a requeued job for about two minutes). slurmd remembers the killed job
+    with a whole-second time and refuses to launch it again within that second ("already killed, do
+    not launch batch job": the job ends FAILED), so the release waits two seconds past the idle node."""
     _wait_for(lambda: f"Restarts={restarts}" in slurm.run("scontrol", "show", "job", job)
               and slurm.job_state(job) == "PENDING", 180, f"requeue {restarts}")
+    _wait_for(lambda: slurm.run("sinfo", "-h", "-o", "%T").strip() == "idle", 60, "the node idle after the requeue")
+    time.sleep(2)
     slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now", "TimeLimit=30")
 
 
