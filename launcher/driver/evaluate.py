@@ -55,7 +55,8 @@ from dataclasses import dataclass
 
 from launcher.contract.messages import SamplingParams
 from launcher.driver.plot import EVAL_MARK
-from launcher.driver.rollout import groups_per_chunk, make_chunks, sampling_params, split_generation
+from launcher.driver.rollout import make_chunks, sampling_params, split_generation
+from launcher.plan.loop import groups_per_chunk
 from launcher.rl.reward_fn import as_scorer
 from launcher.rl.tasks import TASKS, Problem
 

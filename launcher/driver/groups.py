@@ -13,7 +13,7 @@ import time
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from launcher.config.schema.choices import RouterPolicy, UpdateMode
+from launcher.config.schema.choices import RouterPolicy
 from launcher.contract.errors import PeerLostError
 from launcher.contract.spec import ActorSpec
 from launcher.driver.cluster import secret_worker_env
@@ -294,11 +294,11 @@ class EngineGroup(_Group):
     role = "engine"
 
     def __init__(self, cls, config, plan, placement, board=None):
-        """board: as TrainerGroup's. With inference.update_mode in_flight an engine runs
+        """board: as TrainerGroup's. With in-flight updates (plan.loop) an engine runs
         GenerationRequest.in_flight chunks on a thread of their own, so a weight update reaches
         it mid-chunk (weight_sync/update_gate.py pauses the chunk at a token boundary)."""
         super().__init__(CallDeadlines.of_run(config, plan))
-        threads = {"concurrency_groups": {IN_FLIGHT_GROUP: 1}} if config.inference.update_mode is UpdateMode.in_flight else {}
+        threads = {"concurrency_groups": {IN_FLIGHT_GROUP: 1}} if plan.loop.in_flight_updates else {}
         remote_cls, secrets = _remote_with_secrets(cls, **threads)
         for index, gpu_slots in enumerate(plan.placement.engine_slots):
             slot = placement.slot(gpu_slots[0])

@@ -61,12 +61,6 @@ def make_chunks(prompt_ids: list[list[int]], samples: int, groups_per_chunk: int
     return chunks
 
 
-def groups_per_chunk(sequences_per_engine_cap: int, samples: int, n_groups: int, engines: int) -> int:
-    """Whole groups per chunk: an even share per engine, at most the engine's concurrency."""
-    share = -(-n_groups // max(engines, 1))
-    return max(1, min(share, sequences_per_engine_cap // samples))
-
-
 def score_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: range, scorer, tokenizer,
                 algorithm) -> Group:
     """`scorer`: the run's reward_fn.RewardScorer (Runtime.scorer); a bare Task is wrapped."""

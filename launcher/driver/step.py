@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import torch
 
-from launcher.config.schema.choices import UpdateMode
 from launcher.driver.rollout import Group, make_chunks, sampling_params, score_group, split_generation
 from launcher.driver.runtime import Runtime
 from launcher.driver.samples_log import write_samples
@@ -39,7 +38,7 @@ def send_prompts(rt: Runtime, n_prompts: int, groups_per_chunk: int, seed_of, fi
     prompt_ids = [rt.tokenizer.encode(p.prompt) for p in problems]
     chunks = make_chunks(prompt_ids, rt.config.algorithm.samples_per_prompt, groups_per_chunk,
                          sampling_params(rt.config.algorithm), seed_of,
-                         in_flight=rt.config.inference.update_mode is UpdateMode.in_flight)
+                         in_flight=rt.plan.loop.in_flight_updates)
     return {rt.engines.submit(request, first_chunk + c): Chunk(problems, prompt_ids, members)
             for c, (members, request) in enumerate(chunks)}
 

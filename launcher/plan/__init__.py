@@ -14,6 +14,7 @@ from launcher.plan._origin import Origins
 from launcher.plan.arch import ArchFacts, arch_key, facts
 from launcher.plan.batch import BatchPlan, plan_batch
 from launcher.plan.env import plan_env
+from launcher.plan.loop import LoopPlan, plan_loop
 from launcher.plan.lora import LoraPlan, plan_lora
 from launcher.plan.memory import MemoryPlan, plan_memory
 from launcher.plan.mesh import MeshPlan, plan_mesh
@@ -47,6 +48,8 @@ class Plan:
     startup: StartupPlan
     routes: RoutesPlan
     """The MoE routes' bytes per step (routing replay / agreement) in the driver and the object store."""
+    loop: LoopPlan
+    """The step loop's shape (async chunks, in-flight limit, queue; in-flight updates) the driver runs."""
     env: dict[str, str]
     origins: dict[str, str]
 
@@ -98,13 +101,14 @@ def make_plan(cfg: LauncherConfig, driver_env: Mapping[str, str] | None = None) 
         log.add("timing.canary_s", f"{timing.canary_s:.2f}", f"{cfg.run.rollout_checks.canary.prompts} prompts x "
                 f"{min(cfg.run.rollout_checks.canary.max_tokens, cfg.algorithm.max_response_len)} tokens a decode step "
                 "each on every engine, then one trainer forward over them (plan/timing.py canary_check_s)")
-    if (wait := update_wait_s(cfg, timing)) is not None:
+    loop = plan_loop(cfg)
+    if (wait := update_wait_s(cfg, loop, timing)) is not None:
         log.add("timing.update_wait_s", f"{wait[0]:.2f}", wait[1])
     log.add("timing.recommended_nccl_timeout_s", timing.recommended_nccl_timeout_s,
             f"{timing.longest_wait_phase} ~{timing.longest_wait_s:.0f} s x margin")
     startup = plan_startup(cfg, memory, sync)
     log.add("startup.seconds", f"{startup.seconds:.0f}", startup.basis)
-    routes = plan_routes(cfg, arch, batch, log)
+    routes = plan_routes(cfg, arch, batch, loop, log)
     env = plan_env(cfg, arch, os.environ if driver_env is None else driver_env, log)
     return Plan(arch=arch, params=params, mesh=mesh, placement=placement, batch=batch, lora=lora, memory=memory,
-                sync=sync, timing=timing, startup=startup, routes=routes, env=env, origins=log.lines)
+                sync=sync, timing=timing, startup=startup, routes=routes, loop=loop, env=env, origins=log.lines)

@@ -11,19 +11,19 @@ token, ~10.7 GiB for a 4M-token step. The token count is the batch chain's worst
 (every sequence at max prompt + max response). What is held at once:
 - sync loop: the step's groups, and with DAPO dynamic sampling every generated round's
   (the step's generation summary keeps the groups it saw): 1 + max_regenerations steps;
-- async loop: the queue (loop_async.QUEUE_STEPS = 2 steps, at most max_staleness) plus the
+- async loop: the queue (LoopPlan.queue_steps, plan/loop.py) plus the
   step in training: 1 + min(2, max_staleness) steps.
 Each array is in the object store twice (the engine's result, then the trainer call's
 shard) and in the driver's memory once. Ray's object store defaults to 30% of a node's RAM.
 """
 from dataclasses import dataclass
 
-from launcher.config.schema.choices import PlacementMode
 from launcher.config.schema.model import ArchConfig
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan._origin import Origins
 from launcher.plan.arch import DSA, ArchFacts
 from launcher.plan.batch import BatchPlan
+from launcher.plan.loop import LoopPlan
 
 REPLAYED_ROUTER_MODEL_TYPES = ("glm5_next", "qwen3_moe")
 """Model types whose router the hf trainer replays (workers/hf/routing.py ROUTER_WEIGHTS: glm5_next's
@@ -32,8 +32,6 @@ ROUTE_ID_BYTES = 2
 """uint16 expert ids."""
 POOL_ID_BYTES = 2
 """uint16 pool indices (launcher/workers/indexer_picks.py)."""
-ASYNC_QUEUE_STEPS = 2
-"""launcher/driver/loop_async.py QUEUE_STEPS (the plan layer cannot import the driver)."""
 OBJECT_STORE_SHARE = 0.3
 """Ray's default object store: 30% of the node's memory."""
 OBJECT_STORE_COPIES = 2
@@ -77,14 +75,14 @@ def _per_token(cfg: LauncherConfig, arch: ArchFacts) -> tuple[int, int]:
     return route_bytes, indexer_bytes
 
 
-def plan_routes(cfg: LauncherConfig, arch: ArchFacts, batch: BatchPlan, log: Origins) -> RoutesPlan:
+def plan_routes(cfg: LauncherConfig, arch: ArchFacts, batch: BatchPlan, loop: LoopPlan, log: Origins) -> RoutesPlan:
     alg = cfg.algorithm
     route_bytes, indexer_bytes = _per_token(cfg, arch)
     per_token = route_bytes + indexer_bytes
     on = per_token > 0
     per_step = batch.tokens_per_step * per_token / GIB
-    if cfg.placement.mode is PlacementMode["async"]:
-        held = 1 + min(ASYNC_QUEUE_STEPS, max(alg.max_staleness, 1))
+    if loop.is_async:
+        held = 1 + loop.queue_steps
     else:
         held = 1 + (alg.dynamic_sampling.max_regenerations if alg.dynamic_sampling.enabled else 0)
     capacity = OBJECT_STORE_SHARE * cfg.cluster.host_memory_gib

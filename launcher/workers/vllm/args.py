@@ -4,7 +4,7 @@ Every number an engine starts with comes from the plan or the config, so what `p
 printed is what runs: max_num_seqs, max_model_len, the memory budget, TP/EP, LoRA rank and
 targets, sleep mode. Kept free of vllm so it is unit-tested in the project's main venv.
 """
-from launcher.config.schema.choices import PlacementMode, UpdateMode, WeightsDtype
+from launcher.config.schema.choices import PlacementMode, WeightsDtype
 from launcher.config.schema.root import LauncherConfig
 from launcher.plan import Plan
 from launcher.plan.lora import VLLM_LORA_RANKS
@@ -104,7 +104,7 @@ def engine_kwargs(cfg: LauncherConfig, plan: Plan, model_path: str, *, on_cpu: b
         kwargs["distributed_executor_backend"] = "ray"
     if returns_routes(cfg):
         kwargs.update(enable_return_routed_experts=True, enable_prefix_caching=True)
-    if inf.update_mode is UpdateMode.in_flight:
+    if plan.loop.in_flight_updates:
         # Async scheduling keeps a batch executing between two engine steps; an update at that
         # boundary would rewrite weights under it and label its tokens with the new version.
         kwargs["async_scheduling"] = False

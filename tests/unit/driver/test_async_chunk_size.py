@@ -4,17 +4,19 @@ holding more than a step minus a chunk is still filled up to a step."""
 from types import SimpleNamespace
 
 from launcher.driver.loop_async import _Generator
+from launcher.plan import make_plan
+from tests.shared_compose import compose_shipped
 
 
-def _generator(prompts_per_step=16, samples=16) -> _Generator:
-    cfg = SimpleNamespace(inference=SimpleNamespace(concurrency_per_engine=128),
-                          algorithm=SimpleNamespace(samples_per_prompt=samples, prompts_per_step=prompts_per_step))
-    return _Generator(SimpleNamespace(config=cfg, engines=[object()]))
+def _generator(*overrides: str) -> _Generator:
+    cfg = compose_shipped(["recipe=tiny_dapo_async", *overrides]).config
+    return _Generator(SimpleNamespace(config=cfg, plan=make_plan(cfg), engines=[object()]))
 
 
 def test_whole_chunks_while_they_fit_and_the_rest_of_the_room_when_nothing_is_in_flight():
-    gen = _generator()
-    assert gen.per_chunk == 8  # half a step
+    gen = _generator("algorithm.prompts_per_step=16", "algorithm.samples_per_prompt=16",
+                     "inference.concurrency_per_engine=128", "inference.engines=1")
+    assert gen.per_chunk == 8  # half a step: the plan's chunk
     assert gen._next_chunk_groups(16) == 8
     gen.pending = {"chunk": SimpleNamespace(members=list(range(8)))}
     assert gen._next_chunk_groups(16) == 8
