@@ -14,7 +14,6 @@ JSON line, prompt or answer missing, null or mistyped) is named by file and row 
 or skipped as data.bad_rows says.
 """
 import hashlib
-import json
 import os
 import random
 import sys
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from launcher.config.schema.choices import BadRows
+from launcher.json_lines import json_lines
 from launcher.paths import resolve_data_path
 from launcher.rl.prompt_rows import describe_formatting, dig, measure_rows, split_key
 from launcher.rl.prompts import PromptFormatter, reference_answer
@@ -93,19 +93,8 @@ def _rows_of_lines(file: Path, skip_lines: set[int] | None = None) -> list[int]:
 
 
 def _malformed_lines(file: Path) -> list[tuple[int, str]]:
-    bad = []
-    with open(file, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                bad.append((n, f"malformed JSON ({err.msg} at column {err.colno})"))
-                continue
-            if not isinstance(row, dict):
-                bad.append((n, f"a JSON {type(row).__name__}, not an object"))
-    return bad
+    """(line, why) of each line of a JSON-lines file that holds no row, read as the pre-flight reads it."""
+    return [(line.number, line.bad) for line in json_lines(file) if line.bad]
 
 
 class _Table:

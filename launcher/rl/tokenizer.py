@@ -103,6 +103,19 @@ def generation_eos_ids(hf_path: str) -> list[int]:
     return [int(v) for v in (value if isinstance(value, list) else [value])]
 
 
+def _response_end_ids(own_eos_id: int | None, folder: str, key: str) -> tuple[int, ...]:
+    """Tokenizer.eos_ids of a tokenizer folder, for HfTokenizer and TemplateTokenizer alike (so
+    validate's pre-flight stops where the run does): the tokenizer's own eos id first (else
+    generation_config.json's first), then every other id generation_config.json lists. Raises
+    TokenizerFolderError when neither names one: no response could end."""
+    listed = generation_eos_ids(folder)
+    first = own_eos_id if own_eos_id is not None else (listed[0] if listed else None)
+    if first is None:
+        raise TokenizerFolderError(f"{key}={folder}: neither the tokenizer nor generation_config.json names an "
+                                   "eos token, so no response could end; add eos_token_id to generation_config.json")
+    return tuple(dict.fromkeys([first, *listed]))
+
+
 class HfTokenizer:
     """Wraps an HF tokenizer folder behind the same small interface; `key` is the config key
     that named the folder (for messages)."""
@@ -111,13 +124,8 @@ class HfTokenizer:
         from transformers import AutoTokenizer
 
         self._tok = AutoTokenizer.from_pretrained(hf_path)
-        own = self._tok.eos_token_id
-        listed = generation_eos_ids(hf_path)
-        self.eos_id = own if own is not None else (listed[0] if listed else None)
-        if self.eos_id is None:
-            raise ValueError(f"{key}={hf_path}: neither the tokenizer nor generation_config.json names an "
-                             "eos token, so no response could end; add eos_token_id to generation_config.json")
-        self.eos_ids = tuple(dict.fromkeys([self.eos_id, *listed]))
+        self.eos_ids = _response_end_ids(self._tok.eos_token_id, hf_path, key)
+        self.eos_id = self.eos_ids[0]
         self.pad_id = self._tok.pad_token_id if self._tok.pad_token_id is not None else self.eos_id
         self.vocab_size = len(self._tok)
         self.has_chat_template = bool(self._tok.chat_template)
@@ -163,12 +171,8 @@ class TemplateTokenizer:
         self.chat_template = _chat_template(root, config)
         self.has_chat_template = bool(self.chat_template)
         own = self._tok.token_to_id(self._specials["eos_token"]) if "eos_token" in self._specials else None
-        listed = generation_eos_ids(folder)
-        self.eos_id = own if own is not None else (listed[0] if listed else None)
-        if self.eos_id is None:
-            raise TokenizerFolderError(f"{key}={folder}: neither the tokenizer nor generation_config.json names an "
-                                       "eos token, so no response could end; add eos_token_id to generation_config.json")
-        self.eos_ids = tuple(dict.fromkeys([self.eos_id, *listed]))
+        self.eos_ids = _response_end_ids(own, folder, key)
+        self.eos_id = self.eos_ids[0]
         pad = self._tok.token_to_id(self._specials["pad_token"]) if "pad_token" in self._specials else None
         self.pad_id = pad if pad is not None else self.eos_id
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)

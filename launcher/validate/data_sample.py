@@ -9,11 +9,13 @@ lines of a JSON-lines file), and named as the run names them: `file:line` for JS
 `file row i` (0-based) otherwise. One sample per (data section, tokenizer folder, file
 stamps) is cached, so the rules DATA006-DATA009 and the JSON summary share it.
 """
+import itertools
 import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.json_lines import json_lines
 from launcher.paths import resolve_data_path
 
 FORMATS = (".jsonl", ".json", ".parquet")
@@ -109,22 +111,12 @@ def _head_json(file: Path, shown: str, n: int) -> tuple[list[str], list[dict], l
         names = list(dict.fromkeys(k for r in rows for k in r))
         return names, rows, [f"{shown} row {i}" for i in range(len(rows))], []
     rows, where, bad = [], [], []
-    with open(file, encoding="utf-8", errors="replace") as f:
-        for line_no, line in enumerate(f, 1):
-            if len(rows) + len(bad) >= n:
-                break
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                bad.append(f"{shown}:{line_no}: malformed JSON ({err.msg} at column {err.colno})")
-                continue
-            if not isinstance(row, dict):
-                bad.append(f"{shown}:{line_no}: a JSON {type(row).__name__}, not an object")
-                continue
-            rows.append(row)
-            where.append(f"{shown}:{line_no}")
+    for line in itertools.islice(json_lines(file), n):
+        if line.bad:
+            bad.append(f"{shown}:{line.number}: {line.bad}")
+        else:
+            rows.append(line.row)
+            where.append(f"{shown}:{line.number}")
     names = list(dict.fromkeys(k for r in rows for k in r))
     return names, rows, where, bad
 

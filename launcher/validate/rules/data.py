@@ -4,6 +4,7 @@ schema or the first JSON rows), and a checkpoint meant to chat has a chat templa
 import importlib.util
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from launcher.config import data_columns
 from launcher.config.schema.choices import ChatTemplate
@@ -52,23 +53,46 @@ def files_exist(cfg, plan):
                         f"Fix the path: {DATA_RULE}; an absolute path is taken as it is.")
 
 
-@rule("DATA003")
-def reward_fn_found(cfg, plan):
-    """data.reward_fn is `module:function` and the module's file exists (never imported here)."""
+class RewardFnSpec(NamedTuple):
+    """data.reward_fn read once for DATA003 (its form, its module's file) and DATA010
+    (reward.py: its import), so DATA010 probes exactly what DATA003 let pass."""
+
+    spec: str
+    module: str | None
+    """None when the spec is not of the form 'package.module:function'."""
+    function: str | None
+    file: Path | None
+    """The module's file, found without importing it; None when not found or the form is wrong."""
+
+
+def reward_fn_spec(cfg) -> RewardFnSpec | None:
+    """cfg's data.reward_fn split and located (never imported); None when none is set."""
     spec = getattr(cfg.data, "reward_fn", None)
     if spec is None:
-        return
+        return None
     from launcher.rl.reward_fn import RewardFnError, find_module_file, split_spec
 
     try:
         module, function = split_spec(spec)
     except RewardFnError:
+        return RewardFnSpec(spec, None, None, None)
+    return RewardFnSpec(spec, module, function, find_module_file(module))
+
+
+@rule("DATA003")
+def reward_fn_found(cfg, plan):
+    """data.reward_fn is `module:function` and the module's file exists (never imported here)."""
+    target = reward_fn_spec(cfg)
+    if target is None:
+        return
+    spec, module, function, file = target
+    if module is None:
         yield error("data.reward_fn", f"data.reward_fn={spec!r} is not of the form 'package.module:function'",
                     "The driver imports the module and calls the function by name for every response.",
                     "Write it as e.g. data.reward_fn=my_rewards:compute_score (a dotted module path, one colon, "
                     "a function name).")
         return
-    if find_module_file(module) is None:
+    if file is None:
         yield error("data.reward_fn", f"data.reward_fn={spec!r}: module {module!r} not found "
                     f"(no file for it on the path: the current folder {Path.cwd()} and PYTHONPATH)",
                     "The run would stop when it starts, importing the module to score the first responses.",

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from launcher.validate.registry import error, rule, warning
+from launcher.validate.rules.data import reward_fn_spec
 
 PROBE_TIMEOUT_S = 60.0
 _MARK = "DATA010-probe:"
@@ -43,18 +44,10 @@ def _probe(spec: str, file: Path, mtime: float, cwd: str, pythonpath: str | None
 def reward_fn_loads(cfg, plan):
     """data.reward_fn's module imports and its function takes verl's keywords (data_source,
     solution_str, ground_truth, extra_info); checked once DATA003 found the module's file."""
-    spec = getattr(cfg.data, "reward_fn", None)
-    if spec is None:
-        return
-    from launcher.rl.reward_fn import RewardFnError, find_module_file, split_spec
-
-    try:
-        module, function = split_spec(spec)
-    except RewardFnError:
-        return  # DATA003's finding
-    file = find_module_file(module)
-    if file is None:
-        return  # DATA003's finding
+    target = reward_fn_spec(cfg)
+    if target is None or target.file is None:
+        return  # no custom reward, or DATA003's finding
+    spec, module, function, file = target
     found = _probe(spec, file, file.stat().st_mtime, os.getcwd(), os.environ.get("PYTHONPATH"))
     if found is None:
         return

@@ -19,13 +19,13 @@ An array is one sequence's uint16 [seq_len - 1, indexer_layers, index_topk // in
 (positions as routes: the last token is never fed), NO_POOL where the budget had no pool
 (launcher/workers/indexer_picks.py, which both trainers read them with). Shapes: B
 sequences, S positions, L indexer layers, K pools per query, R the pool width (index_kpool),
-W the indexer's output width.
+W the indexer's output width. The hooks themselves (record, compare, count) are
+layer_hooks.py's, shared with routing replay.
 """
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 
+from launcher.workers.hf.layer_hooks import LayerRecorder, LayerReplay, same_sets, sequence_arrays
 from launcher.workers.indexer_picks import NO_POOL, PICK_DTYPE
 
 
@@ -56,41 +56,22 @@ def join_output(pools_BSK: torch.Tensor, rest_BSW: torch.Tensor, kpool: int) -> 
     return torch.cat([runs_BSKR.flatten(-2), rest_BSW], dim=-1).to(torch.int32)
 
 
-def same_sets(a_NK: torch.Tensor, b_NK: torch.Tensor) -> torch.Tensor:
-    """Per row, whether the two selections hold the same pools (order ignored)."""
-    return (a_NK.sort(dim=-1).values == b_NK.sort(dim=-1).values).all(dim=-1)
-
-
-class IndexerRecorder:
+class IndexerRecorder(LayerRecorder):
     """Engine side: hooks on every indexer keep the pools of each forward; `take()` returns
     them as [B, S, L, K] (int64, -1 for no pool, on the model's device) and starts over."""
 
     def __init__(self, model: torch.nn.Module):
-        self.indexers = indexers(model)
-        self._pools: list[torch.Tensor | None] = [None] * len(self.indexers)
-        self._handles = [m.register_forward_hook(self._hook(i)) for i, m in enumerate(self.indexers)]
+        super().__init__(indexers(model))
 
-    def _hook(self, layer: int):
-        def hook(module, args, output):
-            self._pools[layer] = split_output(output, module.index_kpool, pools_per_query(module))[0]
-        return hook
-
-    def take(self, batch: int) -> torch.Tensor:
-        pools = [p.reshape(batch, -1, p.shape[-1]) for p in self._pools]
-        self._pools = [None] * len(self.indexers)
-        return torch.stack(pools, dim=2)
+    def _picked(self, module: torch.nn.Module, output) -> torch.Tensor:
+        return split_output(output, module.index_kpool, pools_per_query(module))[0]
 
     def arrays(self, pools_BSLK: torch.Tensor, lengths: list[int]) -> list[np.ndarray]:
         """Each row's first `lengths[b]` positions as a uint16 array, NO_POOL for none."""
-        cpu = pools_BSLK.masked_fill(pools_BSLK < 0, NO_POOL).to(torch.int32).cpu().numpy()
-        return [np.ascontiguousarray(cpu[b, :n]).astype(PICK_DTYPE) for b, n in enumerate(lengths)]
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
+        return sequence_arrays(pools_BSLK.masked_fill(pools_BSLK < 0, NO_POOL), lengths, PICK_DTYPE)
 
 
-class IndexerReplay:
+class IndexerReplay(LayerReplay):
     """Trainer side: hooks on every indexer that, inside `active(grid, has)`, compare the
     indexer's own pools with the engine's per (token, layer) and, when `replay`, attend over
     the engine's pools (its own tail tokens kept). Outside `active` the indexer chooses by
@@ -98,47 +79,23 @@ class IndexerReplay:
     record), indexer_agree (the pools the attention used are the engine's) and
     indexer_agree_own (the indexer's own pools are the engine's, replay or not)."""
 
+    COUNT_NAMES = ("indexer_pairs", "indexer_agree", "indexer_agree_own")
+
     def __init__(self, model: torch.nn.Module, replay: bool):
-        self.indexers, self.replay = indexers(model), replay
-        self._grid_BSLK: torch.Tensor | None = None
-        self._has_BS: torch.Tensor | None = None
-        self._count = True
-        self._sums = torch.zeros(3, dtype=torch.float64)
-        for i, indexer in enumerate(self.indexers):
-            indexer.register_forward_hook(self._hook(i))
+        self.indexers = indexers(model)
+        super().__init__(self.indexers, replay)
 
-    def _hook(self, layer: int):
-        def hook(module, args, output):
-            if self._grid_BSLK is None:
-                return None
-            own_BSK, rest_BSW = split_output(output, module.index_kpool, pools_per_query(module))
-            given_BSK = self._grid_BSLK[:, :, layer].to(own_BSK.device)
-            if given_BSK.shape != own_BSK.shape:
-                raise ValueError(f"indexer top-k for {list(given_BSK.shape)}, the indexer chose {list(own_BSK.shape)}")
-            has_BS = self._has_BS.to(own_BSK.device)
-            used_BSK = torch.where(has_BS[..., None], given_BSK, own_BSK) if self.replay else own_BSK
-            if self._count:
-                own_agrees = (same_sets(own_BSK, given_BSK) & has_BS).sum()
-                used_agrees = (same_sets(used_BSK, given_BSK) & has_BS).sum()
-                self._sums += torch.tensor([float(has_BS.sum()), float(used_agrees), float(own_agrees)],
-                                           dtype=torch.float64)
-            return join_output(used_BSK, rest_BSW, module.index_kpool) if self.replay else None
-        return hook
+    def _compared(self, layer: int, module: torch.nn.Module, output, given: tuple[torch.Tensor, torch.Tensor]):
+        grid_BSLK, has_BS = given
+        own_BSK, rest_BSW = split_output(output, module.index_kpool, pools_per_query(module))
+        given_BSK = grid_BSLK[:, :, layer].to(own_BSK.device)
+        if given_BSK.shape != own_BSK.shape:
+            raise ValueError(f"indexer top-k for {list(given_BSK.shape)}, the indexer chose {list(own_BSK.shape)}")
+        has_BS = has_BS.to(own_BSK.device)
+        used_BSK = torch.where(has_BS[..., None], given_BSK, own_BSK) if self.replay else own_BSK
+        self._tally(has_BS, same_sets(used_BSK, given_BSK) & has_BS, same_sets(own_BSK, given_BSK) & has_BS)
+        return join_output(used_BSK, rest_BSW, module.index_kpool) if self.replay else None
 
-    @contextmanager
     def active(self, grid_BSLK: torch.Tensor | None, has_BS: torch.Tensor | None, count: bool = True):
-        """The engine's pools for the forwards inside (None: the indexer chooses, nothing
-        counted); `count` False replays without counting (the log-prob pass)."""
-        if grid_BSLK is None:
-            yield
-            return
-        self._grid_BSLK, self._has_BS, self._count = grid_BSLK, has_BS, count
-        try:
-            yield
-        finally:
-            self._grid_BSLK, self._has_BS, self._count = None, None, True
-
-    def counts(self) -> dict[str, float]:
-        pairs, agree, own = self._sums.tolist()
-        self._sums.zero_()
-        return {"indexer_pairs": pairs, "indexer_agree": agree, "indexer_agree_own": own}
+        """The engine's pools for the forwards inside (LayerReplay._giving)."""
+        return self._giving(None if grid_BSLK is None else (grid_BSLK, has_BS), count)

@@ -14,12 +14,13 @@ trainer's own logits and takes the given ids, weighing them by the router's own 
 A route array is one sequence's `uint16 [seq_len - 1, moe_layers, top_k]`: positions
 0..seq_len-2 (the last token is never fed to the model while sampling, and its output
 scores nothing), layers in model order. Shapes: B sequences, T positions, L MoE layers,
-K top_k, N = B x T tokens as the router sees them (row-major over B, T).
+K top_k, N = B x T tokens as the router sees them (row-major over B, T). The hooks themselves
+(record, compare, count) are layer_hooks.py's, shared with indexer replay.
 """
-from contextlib import contextmanager
-
 import numpy as np
 import torch
+
+from launcher.workers.hf.layer_hooks import LayerRecorder, LayerReplay, same_sets, sequence_arrays
 
 ROUTE_DTYPE = np.uint16
 """Expert ids fit: GLM-5.3-Flash has 288 experts (uint16 holds 65,536)."""
@@ -56,37 +57,23 @@ def replayed(gate: torch.nn.Module, router_logits_NE: torch.Tensor, ids_NK: torc
     return ROUTER_WEIGHTS[type(gate).__name__](gate, router_logits_NE, ids_NK)
 
 
-class RouteRecorder:
+class RouteRecorder(LayerRecorder):
     """Engine side: hooks on every MoE gate keep the ids of each forward; `take(B)` returns
     them as [B, T, L, K] (int64, on the model's device) and starts over."""
 
     def __init__(self, model: torch.nn.Module):
-        self.gates = moe_gates(model)
-        self._ids: list[torch.Tensor | None] = [None] * len(self.gates)
-        self._handles = [g.register_forward_hook(self._hook(i)) for i, g in enumerate(self.gates)]
+        super().__init__(moe_gates(model))
 
-    def _hook(self, layer: int):
-        def hook(module, args, output):
-            self._ids[layer] = output[2].detach()
-        return hook
-
-    def take(self, batch: int) -> torch.Tensor:
-        ids = [t.reshape(batch, -1, t.shape[-1]) for t in self._ids]
-        self._ids = [None] * len(self.gates)
-        return torch.stack(ids, dim=2)
+    def _picked(self, module: torch.nn.Module, output) -> torch.Tensor:
+        return output[2].detach()
 
     def arrays(self, routes_BTLK: torch.Tensor, lengths: list[int]) -> list[np.ndarray]:
         return to_routes(routes_BTLK, lengths)
 
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-
 
 def to_routes(routes_BTLK: torch.Tensor, lengths: list[int]) -> list[np.ndarray]:
     """Each row's first `lengths[b]` positions as a uint16 array."""
-    cpu = routes_BTLK.to(torch.int32).cpu().numpy()
-    return [np.ascontiguousarray(cpu[b, :n]).astype(ROUTE_DTYPE) for b, n in enumerate(lengths)]
+    return sequence_arrays(routes_BTLK, lengths, ROUTE_DTYPE)
 
 
 def routes_grid(routes: list[np.ndarray], rows: list[int], sequences: list[list[int]], width: int,
@@ -105,7 +92,7 @@ def routes_grid(routes: list[np.ndarray], rows: list[int], sequences: list[list[
     return grid
 
 
-class RouteReplay:
+class RouteReplay(LayerReplay):
     """Trainer side: hooks on every MoE gate that, inside `active(grid)`, compare the
     router's own top-k set with the engine's per (token, layer) and, when `replay`, route
     by the engine's ids with weights from the trainer's own logits (`replayed`). Outside
@@ -114,49 +101,24 @@ class RouteReplay:
     are the engine's set: the replayed ones, or the router's own when replay is off) and
     route_agree_own (the router's own top-k set is the engine's, replay or not)."""
 
+    COUNT_NAMES = ("route_pairs", "route_agree", "route_agree_own")
+
     def __init__(self, model: torch.nn.Module, replay: bool):
-        self.gates, self.replay = moe_gates(model), replay
-        self._grid_NLK: torch.Tensor | None = None
-        self._count = True
-        self._sums = torch.zeros(3, dtype=torch.float64)
-        for i, gate in enumerate(self.gates):
-            gate.register_forward_hook(self._hook(i))
+        self.gates = moe_gates(model)
+        super().__init__(self.gates, replay)
 
-    def _hook(self, layer: int):
-        def hook(module, args, output):
-            if self._grid_NLK is None:
-                return None
-            logits_NE, _, own_NK = output
-            given_NK = self._grid_NLK[:, layer].to(own_NK.device)
-            if given_NK.shape[0] != own_NK.shape[0]:
-                raise ValueError(f"routes for {given_NK.shape[0]} tokens, the router saw {own_NK.shape[0]}")
-            has_N = (given_NK >= 0).all(dim=-1)
-            given_sorted_NK = given_NK.sort(dim=-1).values
-            own_agrees_N = (own_NK.sort(dim=-1).values == given_sorted_NK).all(dim=-1) & has_N
-            used_NK = torch.where(has_N[:, None], given_NK, own_NK) if self.replay else own_NK
-            used_agrees_N = (used_NK.sort(dim=-1).values == given_sorted_NK).all(dim=-1) & has_N
-            if self._count:
-                self._sums += torch.tensor([float(has_N.sum()), float(used_agrees_N.sum()), float(own_agrees_N.sum())],
-                                           dtype=torch.float64)
-            if not self.replay:
-                return None
-            return logits_NE, replayed(module, logits_NE, used_NK), used_NK
-        return hook
+    def _compared(self, layer: int, module: torch.nn.Module, output, grid_NLK: torch.Tensor):
+        logits_NE, _, own_NK = output
+        given_NK = grid_NLK[:, layer].to(own_NK.device)
+        if given_NK.shape[0] != own_NK.shape[0]:
+            raise ValueError(f"routes for {given_NK.shape[0]} tokens, the router saw {own_NK.shape[0]}")
+        has_N = (given_NK >= 0).all(dim=-1)
+        used_NK = torch.where(has_N[:, None], given_NK, own_NK) if self.replay else own_NK
+        self._tally(has_N, same_sets(used_NK, given_NK) & has_N, same_sets(own_NK, given_NK) & has_N)
+        if not self.replay:
+            return None
+        return logits_NE, replayed(module, logits_NE, used_NK), used_NK
 
-    @contextmanager
     def active(self, grid_BTLK: torch.Tensor | None, count: bool = True):
-        """Routes for the forwards inside (None: the model routes by itself, nothing counted);
-        `count` False replays without counting (the log-prob pass before a step's updates)."""
-        if grid_BTLK is None:
-            yield
-            return
-        self._grid_NLK, self._count = grid_BTLK.reshape(-1, *grid_BTLK.shape[2:]), count
-        try:
-            yield
-        finally:
-            self._grid_NLK, self._count = None, True
-
-    def counts(self) -> dict[str, float]:
-        pairs, agree, own = self._sums.tolist()
-        self._sums.zero_()
-        return {"route_pairs": pairs, "route_agree": agree, "route_agree_own": own}
+        """The engine's routes for the forwards inside (LayerReplay._giving)."""
+        return self._giving(None if grid_BTLK is None else grid_BTLK.reshape(-1, *grid_BTLK.shape[2:]), count)
