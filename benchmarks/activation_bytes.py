@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import torch
 
-from benchmarks.harness.megatron_setup import init_distributed
+from device.harness.megatron_setup import init_distributed
 from launcher.config.compose import compose
 from launcher.plan import make_plan
 from launcher.plan.memory_trainer import activation_bytes

@@ -1,10 +1,10 @@
 """Issue 17: a colocated merged weight sync on ONE GPU, host staging against CUDA IPC, with the planner.
 
-    PYTHONPATH=. python benchmarks/colocated_ipc_sync.py --out benchmarks/results/colocated_ipc_sync_h200x1.json
+    PYTHONPATH=. python benchmarks/colocated_ipc_sync.py --out docs/results/colocated_ipc_sync_h200x1.json
     smoke test (CPU, host transport only):  PYTHONPATH=. python benchmarks/colocated_ipc_sync.py --device cpu --model tiny
 
 Trainer rank 0 (`megatron` backend, world 1, LoRA on the attention projections, merged) runs in
-this process and an `hf` engine in a second one on the same GPU (benchmarks/harness/engine_process.py:
+this process and an `hf` engine in a second one on the same GPU (device/harness/engine_process.py:
 torch.multiprocessing spawn; the GPU machine has no Ray), with the product's driver between
 them (launcher/weight_sync/pump.stream_weights: two buckets in flight, release after finish).
 Per transport: the adapters move (new merged weights), the engine's KL to the trainer is
@@ -17,9 +17,9 @@ import time
 import torch
 
 from benchmarks.colocated_sync import TARGETS
-from benchmarks.harness.engine_process import EngineProcess, LocalTrainers
-from benchmarks.harness.megatron_setup import init_distributed
 from benchmarks.megatron_throughput import emit, log, lora_overrides
+from device.harness.engine_process import EngineProcess, LocalTrainers
+from device.harness.megatron_setup import init_distributed
 from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.plan import make_plan

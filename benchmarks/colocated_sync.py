@@ -20,9 +20,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from benchmarks.harness.megatron_setup import DOMAIN_LORA_TARGETS, init_distributed
-from benchmarks.harness.parity import kl_and_dlogp
 from benchmarks.megatron_throughput import emit, lora_overrides
+from device.harness.megatron_setup import DOMAIN_LORA_TARGETS, init_distributed
+from device.harness.parity import kl_and_dlogp
 from launcher.config.compose import compose
 from launcher.contract.spec import ActorSpec
 from launcher.plan import make_plan

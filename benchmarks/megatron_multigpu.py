@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state as ps
 
-from benchmarks.harness.megatron_setup import (
+from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, lora_overrides, meg_loss, timed
+from device.harness.megatron_setup import (
     DOMAIN_LORA_TARGETS,
     build_hf_on_gpu,
     expected_b_grads,
@@ -30,8 +31,7 @@ from benchmarks.harness.megatron_setup import (
     init_distributed,
     megatron_from_hf_model,
 )
-from benchmarks.harness.parity import cosine, kl_and_dlogp
-from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, lora_overrides, meg_loss, timed
+from device.harness.parity import cosine, kl_and_dlogp
 from launcher.config.compose import compose
 from launcher.plan import make_plan
 from launcher.search.cost import estimate_step

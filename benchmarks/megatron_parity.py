@@ -29,12 +29,12 @@ runs them packed), argmax agreement, routing agreement (tokens whose top-k exper
 the reference's) with the random router and with routers sharpened to a median top-k margin
 (`--router-margin`), and the LoRA B-gradient cosine (lora_B = 0, so dL/dB = s G A^T, from
 each column's own full-weight gradient G) against the fp32 expectation. The criterion
-(benchmarks/harness/parity.py): Megatron's KL <= 1.1 x HF-bf16's, single and packed, and its
+(device/harness/parity.py): Megatron's KL <= 1.1 x HF-bf16's, single and packed, and its
 LoRA cosine (all adapters together) >= HF-bf16's.
 
 Router margin: at random init the k-th and (k+1)-th router logits of the 4-layer slice
 (top-8 of 288) differ by a median 0.04 of the token's logit std, and bf16 noise upstream
-(0.5-2% of that std, read off the 8-28% of tokens megatron_packed_diag saw re-routed)
+(0.5-2% of that std, read off the 8-28% of tokens the packed diagnosis saw re-routed, docs/megatron.md)
 flips them, so routing agreement reads noise. The default target, 0.5 std, is an assumption
 (no trained GLM-5.3-Flash router is available here): 12x the random margin and 25-100x that
 noise, so a correct bf16 implementation re-routes only a few % of tokens while an error that
@@ -65,14 +65,15 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.harness.megatron_setup import (
+from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, emit, hf_loss, log, meg_loss
+from device.harness.megatron_setup import (
     DOMAIN_LORA_TARGETS,
     build_hf_on_gpu,
     init_distributed,
     megatron_from_hf_model,
     perturb_for_signal,
 )
-from benchmarks.harness.parity import (
+from device.harness.parity import (
     KL_SLACK,
     LoraBGrads,
     cosine,
@@ -84,7 +85,6 @@ from benchmarks.harness.parity import (
     routing_agreement,
     topk_margin_T,
 )
-from benchmarks.megatron_throughput import LORA_ALPHA, LORA_RANK, emit, hf_loss, log, meg_loss
 from launcher.config.compose import compose
 from launcher.workers.hf.model import VISION_PREFIX
 from launcher.workers.hf.names import checkpoint_items, checkpoint_names_of, checkpoint_shapes_of

@@ -16,7 +16,7 @@ from functools import partial
 
 import torch
 
-from benchmarks.harness.megatron_setup import (
+from device.harness.megatron_setup import (
     DOMAIN_LORA_TARGETS,
     build_hf_on_gpu,
     expected_b_grads,
@@ -25,7 +25,7 @@ from benchmarks.harness.megatron_setup import (
     megatron_from_hf_model,
     perturb_for_signal,
 )
-from benchmarks.harness.parity import cosine, kl_and_dlogp
+from device.harness.parity import cosine, kl_and_dlogp
 from launcher.config.compose import compose
 from launcher.plan import make_plan
 from model.megatron import full_logits, pack_lengths, token_logprobs

@@ -14,10 +14,10 @@
 # some pinned versions, e.g. 0.34's llguidance>=1.7; versions: docs/vllm_route2.md).
 # The CUDA kit (nvcc, NVVM, crt and runtime headers, CCCL, 13.0.x from PyPI) is for an image without
 # nvcc: GLM's DSA indexer runs on DeepGEMM and the mHC kernels on TileLang, and both compile with
-# nvcc at first use; benchmarks/h200_vllm.sh sets CUDA_HOME to it when its parts were taken.
-# On the device (benchmarks/h200_vllm.sh does all of it): one call per part while the machine stays
-# warm, each carrying one part and running `bash benchmarks/h200_vllm.sh take`, then one carrying
-# .whl and .pkgs that runs `bash benchmarks/h200_vllm.sh start ...`.
+# nvcc at first use; device/h200_vllm.sh sets CUDA_HOME to it when its parts were taken.
+# On the device (device/h200_vllm.sh does all of it): one call per part while the machine stays
+# warm, each carrying one part and running `bash device/h200_vllm.sh take`, then one carrying
+# .whl and .pkgs that runs `bash device/h200_vllm.sh start ...`.
 # Left out of the wheel: the FA2 library (Hopper runs FA3), vllm-rs, DeepGEMM builds for other
 # Pythons and the SM100 FMHA kernels: the H200 uses none of them.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pack installed packages from .venv's site-packages into .pkgs/NAME.txz for a device call
-# (benchmarks/h200_session.sh unpacks them into its site dir). xz -9 packs transformers to
+# (device/h200_session.sh unpacks them into its site dir). xz -9 packs transformers to
 # 3.9 MB against its 13.5 MB wheel, and Ray without its Java jars, dashboard UI and
 # libraries the launcher never imports (data, train, tune, serve, rllib, llm) to 20 MB: what
 # lets Ray, the wheels and the Triton cache fit one call's 64 MiB carry.

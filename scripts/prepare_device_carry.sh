@@ -3,7 +3,7 @@
 # .venv, pinned to the versions installed there, and print its size. Run from anywhere:
 #   bash scripts/prepare_device_carry.sh
 # then name ".whl" and ".pkgs" in the run tool's carry and start the command with
-#   bash benchmarks/h200_session.sh "<seconds> <command>" ...
+#   bash device/h200_session.sh "<seconds> <command>" ...
 # (or, by hand: pip install --no-index --no-deps --target /tmp/site .whl/*.whl; untar
 # .pkgs/*.txz into /tmp/site; PYTHONPATH=/tmp/site:$PWD).
 #
@@ -14,7 +14,7 @@
 #           to trust): rpds-py, pydantic-core, protobuf (the image's may predate the gencode
 #           of googleapis-common-protos / opentelemetry-proto), megatron-core (a C++ helper),
 #           fla-core + flash-linear-attention 0.6.0 (GPU kernels: never installed in a CPU
-#           venv here, so downloaded, not packed), and py-spy (benchmarks/stack_sampler.sh: where
+#           venv here, so downloaded, not packed), and py-spy (device/stack_sampler.sh: where
 #           a slow phase on the GPU spends its time), kernels (transformers 5.25's from_pretrained
 #           refuses to load a model without it: "Kernels are not available", H200 2026-12-04).
 #   .pkgs/  site-packages trees packed with xz -9 from .venv: ray (without jars, dashboard UI,

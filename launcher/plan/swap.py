@@ -20,14 +20,14 @@ PINNED_OFFLOAD_GIB_PER_S = 51.0
 PAGEABLE_TO_HOST_GIB_PER_S = 46.0 / 38.7
 """A trainer's `.to("cpu")` of its own tensors on the H200, inside the launcher: the GLM slice's
 offload before pinned buffers, host RSS 5.5 -> 51.5 GiB in 38.7 s
-(benchmarks/results/main_job_slice4_h200x1_startup.memory.jsonl). offload_bandwidth.py's 48 MiB
+(docs/results/main_job_slice4_h200x1_startup.memory.jsonl). offload_bandwidth.py's 48 MiB
 tensors went slower (0.90 GiB/s); a model's large tensors (embeddings, fused experts) are what
 the hf trainer moves."""
 PAGEABLE_TO_DEVICE_GIB_PER_S = 16 / 3.31
-"""The way back, pageable: 16 GiB in 3.31 s (benchmarks/results/offload_bandwidth_h200_16gib.txt)."""
+"""The way back, pageable: 16 GiB in 3.31 s (docs/results/offload_bandwidth_h200_16gib.txt)."""
 VLLM_LEVEL2_SLEEP_WAKE_S = 0.09 + 0.51
 """vLLM 0.26 on one H200, its 96 GiB pool unmapped and remapped: sleep 0.09 s, wake 0.51 s
-(benchmarks/results/vllm026_engine_generation_h200x1_2026-12-04.json)."""
+(docs/results/vllm026_engine_generation_h200x1_2026-12-04.json)."""
 VLLM_LEVEL1_S_PER_WEIGHT_GIB = (4.32 + 0.62 - VLLM_LEVEL2_SLEEP_WAKE_S) / 5.8
 """Level 1 also keeps the weights in host RAM: the same engine slept in 4.32 s and woke in 0.62 s
 with its 5.8 GiB of weights (same file); beyond level 2's calls, per GiB of weights."""

@@ -43,13 +43,13 @@ CUDA_IPC_GIB_PER_S = 54.0
 """hf engine on trainer rank 0's GPU taking buckets by CUDA IPC: gather and merge, pack into
 the bucket's device buffer, device -> device load. Measured on one H200
 (benchmarks/colocated_ipc_sync.py: megatron trainer rank 0 -> hf engine in a second process,
-4-layer slice, merged, 45 buckets of 1 GiB; benchmarks/results/colocated_ipc_sync_h200x1*.json):
+4-layer slice, merged, 45 buckets of 1 GiB; docs/results/colocated_ipc_sync_h200x1*.json):
 44.3 GiB in 0.82, 0.77 and 0.64 s (54, 57, 70 GiB/s; the slowest is taken; _run3 was planned
 with this constant), against 40.0, 39.8 and 43.2 s for host staging in the same runs. The
 benchmark has no Ray: a run adds its actor calls, priced per bucket below."""
 CUDA_IPC_BUCKET_OVERHEAD_S = 0.002
 """Per CUDA IPC bucket in a real run (Ray actor calls, handle exchange): the main job on one H200
-(benchmarks/main_job_h200.sh, 2026-12-03) synced the slice's 44.3 GiB in 45 buckets in 0.61-0.80 s
+(device/main_job_h200.sh, 2026-12-03) synced the slice's 44.3 GiB in 45 buckets in 0.61-0.80 s
 a step, about the rate term alone; SYNC_BUCKET_OVERHEAD_S's 0.05 s had the plan at 3.0 s."""
 
 

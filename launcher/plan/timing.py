@@ -26,7 +26,7 @@ VLLM_STEP_OVERHEAD_S = 0.003
 """vLLM's decode step = VLLM_WEIGHT_READS x its bandwidth floor + VLLM_STEP_OVERHEAD_S (scheduling,
 sampling, log-probs: what dominates a small model). Measured with CUDA graphs on one H200, vLLM
 0.26, the Qwen3-30B-A3B 4-layer slice (5.8 GiB, floor 1.30 ms), 64 sequences x 256 tokens a
-round in 1.38-1.75 s through the launcher (benchmarks/vllm_job_h200.sh, 2026-12-04): 5.4-6.8 ms
+round in 1.38-1.75 s through the launcher (device/vllm_job_h200.sh, 2026-12-04): 5.4-6.8 ms
 a step, generation phase overheads included; the formula gives 6.2 ms."""
 HF_FLOOR_MULTIPLE = 6.6
 """The hf engine's, on the same model and batch in the same session: 2.19 s a round (8.6 ms a step)."""

@@ -10,7 +10,7 @@ tests, machines without a compiler toolchain) it runs eagerly. Shapes are symbol
 What is fused is chosen by parity: on the random-init 4-layer slice an ulp upstream of a
 router or the DSA indexer flips top-k choices, and KL to HF (0.0014 all eager) rose to
 0.0045-0.012 with the forward of the RMS norm, the mHC coefficients, hc_merge, the KDA
-decay or its gated norm fused (benchmarks/investigations/megatron_parity_bisect.py on an H200). Those
+decay or its gated norm fused (the parity bisect on an H200, docs/megatron.md "Investigations"). Those
 forwards stay eager in HF's op order, and only their backward chains (which no HF number
 depends on) are fused; the SwiGLU, the MoE combine and the stream collapse are fused both
 ways (KL 0.0012-0.0015). tests/unit/test_megatron_fused.py traces every fused function as

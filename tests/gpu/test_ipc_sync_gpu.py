@@ -1,5 +1,5 @@
 """CUDA IPC weight sync on one GPU (skipped without CUDA): trainer rank 0 in this process, an hf
-engine in a second process on the same GPU (benchmarks/harness/engine_process.py), driven by
+engine in a second process on the same GPU (device/harness/engine_process.py), driven by
 weight_sync.stream_weights as a colocated run drives them. After the sync the engine's
 weights equal the trainer's bit for bit, and rank 0's device memory, which held the bucket
 buffers until the driver confirmed the engine's finish, is back to what it was before.
@@ -21,7 +21,7 @@ SMALL_BUCKET_BYTES = 64 << 10
 
 @pytest.fixture(scope="module")
 def engine():
-    from benchmarks.harness.engine_process import EngineProcess
+    from device.harness.engine_process import EngineProcess
 
     process = EngineProcess(OVERRIDES)
     process.wait_started()
@@ -39,7 +39,7 @@ def _trainer(backend: str):
     cfg = compose([*OVERRIDES, f"trainer.backend={backend}"]).config
     trainer = trainer_class(backend)(ActorSpec.planned(cfg, 0, 1))
     if backend == "megatron":
-        from benchmarks.harness.megatron_setup import init_distributed
+        from device.harness.megatron_setup import init_distributed
 
         init_distributed()  # a process group of one, then the model
         trainer.init_distributed("127.0.0.1", 0)
@@ -52,7 +52,7 @@ def _trainer(backend: str):
 
 @pytest.mark.parametrize("backend", ["hf", "megatron"])
 def test_ipc_sync_lands_bit_for_bit_and_frees_rank0s_buffers(engine, backend):
-    from benchmarks.harness.engine_process import LocalTrainers
+    from device.harness.engine_process import LocalTrainers
     from launcher.plan.sync import SyncTransport
     from launcher.weight_sync.pump import stream_weights
 

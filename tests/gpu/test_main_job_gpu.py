@@ -1,7 +1,7 @@
 """The main job at real width on a CUDA GPU (skipped without one): benchmarks/main_job.py on the
 4-layer slice, through `python -m launcher` as a user runs it, from random init (merged export)
 and from a real-format checkpoint written on the GPU (PEFT adapter export). Longer than one
-device call: start it with benchmarks/h200_detached.sh.
+device call: start it with device/h200_detached.sh.
 
     PYTHONPATH=. python -m pytest tests/gpu/test_main_job_gpu.py -m gpu -q -s
 """

@@ -18,7 +18,7 @@ KL_MAX, DLOGP_MAX = 0.01, 0.07
 
 @pytest.fixture(scope="module")
 def device():
-    from benchmarks.harness.megatron_setup import init_distributed
+    from device.harness.megatron_setup import init_distributed
 
     return init_distributed()
 
@@ -32,7 +32,7 @@ def _tiny_cfg():
 def _tiny_trainer(device, lr: float, lora_rank: int = 0, cpu_offload: bool = False):
     """The tiny bf16 model (seed 0) under Megatron's DDP + distributed optimizer, and the loss
     of one fixed packed batch (the same tokens on every call)."""
-    from benchmarks.harness.megatron_setup import DOMAIN_LORA_TARGETS
+    from device.harness.megatron_setup import DOMAIN_LORA_TARGETS
     from model.megatron import pack_lengths, token_logprobs
     from model.megatron.build import build_model
     from model.megatron.init import init_adapters, init_weights
@@ -58,8 +58,8 @@ def _tiny_trainer(device, lr: float, lora_rank: int = 0, cpu_offload: bool = Fal
 
 
 def test_tiny_bf16_logits_match_hf_long_and_packed(device):
-    from benchmarks.harness.megatron_setup import build_hf_on_gpu, megatron_from_hf_model
-    from benchmarks.harness.parity import kl_and_dlogp
+    from device.harness.megatron_setup import build_hf_on_gpu, megatron_from_hf_model
+    from device.harness.parity import kl_and_dlogp
     from model.megatron import full_logits, pack_lengths
 
     cfg = _tiny_cfg()

@@ -32,7 +32,7 @@ would otherwise demand exactness)."""
 
 @pytest.fixture(scope="module")
 def device():
-    from benchmarks.harness.megatron_setup import init_distributed
+    from device.harness.megatron_setup import init_distributed
 
     return init_distributed()
 

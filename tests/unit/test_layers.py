@@ -8,8 +8,9 @@ the driver's pump and one plug-in per transport: the backends build on it, the d
 it), workers, driver, cli, and launcher/__main__.py.
 
 A private module (a name starting with `_`) belongs to the folder it sits in: only modules
-in that folder import it. Tests, benchmarks and scripts are outside every folder of
-launcher/, so they use public modules only, and benchmarks import nothing from tests/.
+in that folder import it. Tests, benchmarks, the device harness and scripts are outside every
+folder of launcher/, so they use public modules only, and neither benchmarks nor the device
+harness import anything from tests/.
 """
 import ast
 from pathlib import Path
@@ -77,7 +78,7 @@ def test_layers_import_downward_only():
 
 def test_no_module_imports_another_folders_private_module():
     wrong = []
-    for path in _python_files("launcher", "tests", "benchmarks", "scripts", "model"):
+    for path in _python_files("launcher", "tests", "benchmarks", "device", "scripts", "model"):
         folder = _module_name(path).rpartition(".")[0] if path.name != "__init__.py" else _module_name(path)
         for line, target in _imports(path):
             owner = _private_owner(target) if target.split(".")[0] in ("launcher", "model") else None
@@ -87,7 +88,7 @@ def test_no_module_imports_another_folders_private_module():
 
 
 def test_benchmarks_do_not_import_tests():
-    wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}" for path in _python_files("benchmarks")
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}" for path in _python_files("benchmarks", "device")
              for line, target in _imports(path) if target.split(".")[0] == "tests"]
     assert not wrong, "\n".join(wrong)
 

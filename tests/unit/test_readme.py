@@ -54,7 +54,7 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-REPO_PATH = re.compile(r"`((?:launcher|model|recipes|clusters|benchmarks|tests|data|docs|scripts|\.ci)/[\w./-]*"
+REPO_PATH = re.compile(r"`((?:launcher|model|recipes|clusters|benchmarks|device|tests|data|docs|scripts|\.ci)/[\w./-]*"
                        r"|\.pre-commit-hooks\.yaml)`")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 

@@ -57,7 +57,7 @@ def fp8_needs_online_block_quantization(cfg, plan):
                   "vLLM's online fp8_per_block and its re-quantization in every weight reload are read in vLLM's "
                   "source (0.32, 0.34) and priced by the plan; no GPU run has confirmed the engine start, the "
                   "re-quantizing sync or the FP8 rollouts' mismatch on this model.",
-                  "Run `bash benchmarks/vllm_job_h200.sh glmfp8` on one GPU first and compare its canary_gap_mean "
+                  "Run `bash device/vllm_job_h200.sh glmfp8` on one GPU first and compare its canary_gap_mean "
                   "and logprob_abs_diff_mean with the bf16 run (glmquick); report the outcome in issue 50.")
 
 

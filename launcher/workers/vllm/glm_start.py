@@ -45,7 +45,7 @@ def require_deep_gemm(on_cuda: bool, engine_index: int) -> None:
             "compiles its kernels with nvcc at first use and aborts the engine without one, and no nvcc was found "
             f"(CUDA_HOME={os.environ.get('CUDA_HOME')!r}, CUDA_PATH={os.environ.get('CUDA_PATH')!r}, none on PATH, "
             "none in /usr/local/cuda). Set CUDA_HOME to a CUDA toolkit of 12.9 or newer for every Ray worker (on the "
-            "H200: VLLM_CUDA_KIT=1 bash scripts/build_vllm_device_parts.sh carries one; benchmarks/h200_vllm.sh "
+            "H200: VLLM_CUDA_KIT=1 bash scripts/build_vllm_device_parts.sh carries one; device/h200_vllm.sh "
             "sets CUDA_HOME to it).")
 
 

@@ -59,7 +59,7 @@ def _loss_megatron(meg, ids):
 @pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True])
 def test_lora_grads_match_hf_full_weight_grads(shared):
-    from benchmarks.harness.parity import cosine, expected_lora_grads
+    from device.harness.parity import cosine, expected_lora_grads
     from launcher.workers.hf.model import checkpoint_state
 
     hf, meg = _models(shared)

@@ -48,7 +48,7 @@ def _inputs():
 
 
 def test_packed_logits_match_hf_per_sequence(models):
-    from benchmarks.harness.parity import kl_and_dlogp
+    from device.harness.parity import kl_and_dlogp
     from model.megatron import full_logits
 
     hf, meg = models

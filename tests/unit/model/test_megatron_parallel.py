@@ -56,7 +56,7 @@ def _check_mesh(mesh, reference) -> dict:
     """One mesh on this rank: (worst |logit diff|, worst grad cosine, worst names) vs HF."""
     from megatron.core import parallel_state as ps
 
-    from benchmarks.harness.parity import cosine
+    from device.harness.parity import cosine
     from launcher.workers.hf.model import checkpoint_state
     from model.megatron import full_logits, pack_lengths, token_logprobs
     from model.megatron.build import build_model, init_parallel
@@ -174,7 +174,7 @@ def _cancelling_halves(modules) -> None:
 def _expert_adapter_cosine(reference, packed, ids_T) -> float:
     """Per-expert adapters on any EP / ETP: with B A = 0, dL/dA = s B^T G and dL/dB = s G A^T
     per expert, G being HF's full-weight expert grad; worst cosine over both, gathered."""
-    from benchmarks.harness.parity import cosine
+    from device.harness.parity import cosine
     from model.megatron.shards import gather_full
 
     cosines = []
@@ -190,7 +190,7 @@ def _expert_adapter_cosine(reference, packed, ids_T) -> float:
 def _shared_expert_adapter_cosine(reference, packed, ids_T) -> float:
     """One LoRA adapter shared by each layer's routed experts (any EP): after the grad sums
     DDP does, dL/dB = s sum_e G_e A^T from HF's full-weight expert grads (B = 0)."""
-    from benchmarks.harness.parity import cosine
+    from device.harness.parity import cosine
 
     cosines = []
     for module, full_G in _adapted_backward(reference, packed, ids_T, shared=True):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks.harness.parity import (
+from device.harness.parity import (
     LoraBGrads,
     draw_lora_a,
     lora_rows,

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-QMOE_MAIN_JOB_METRICS = sorted((ROOT / "benchmarks/results").glob("vllm026_main_qmoe_h200x1_*_metrics.jsonl"))
+QMOE_MAIN_JOB_METRICS = sorted((ROOT / "docs/results").glob("vllm026_main_qmoe_h200x1_*_metrics.jsonl"))
 """The two H200 runs of `benchmarks/main_job.py --profile qmoe` (vLLM 0.26, hf trainer), 6 steps each."""
-QMOE_HF_ENGINE_LOG = ROOT / "benchmarks/results/vllm026_hf_engine_run_h200x1_2026-12-04.txt"
-"""`bash benchmarks/vllm_job_h200.sh hf`: the same job on the hf engine, 2 steps (the launcher's step lines)."""
+QMOE_HF_ENGINE_LOG = ROOT / "docs/results/vllm026_hf_engine_run_h200x1_2026-12-04.txt"
+"""`bash device/vllm_job_h200.sh hf`: the same job on the hf engine, 2 steps (the launcher's step lines)."""
 
 QMOE_H200 = ["recipe=tiny_grpo_chat", "model=qwen3_moe_4layer", "cluster=h200x1", "inference.engines=1",
              "algorithm.prompts_per_step=16", "algorithm.mini_batch_prompts=16", "algorithm.samples_per_prompt=4",

@@ -4,16 +4,16 @@
 # jars and dashboard, transformers, which xz packs to a third of their wheels), restore the
 # Triton/fla autotune cache, run the given steps each under its own time limit, then hand
 # the grown cache back in 15 MB parts. Usage, from the repo root:
-#   bash benchmarks/h200_session.sh "<seconds> <command>" ...      (logs and results in $OUT)
+#   bash device/h200_session.sh "<seconds> <command>" ...      (logs and results in $OUT)
 # .whl/ and .pkgs/ come from scripts/prepare_device_carry.sh (carry: .whl, .pkgs, and .tritonparts if present).
 # RETURN_CACHE=0 skips handing the cache back (a last call of the session).
 # The fp32-reference parity (benchmarks/megatron_parity.py) one phase a call, back to back: its
 # folder under runs/ (ignored, so it stays on the machine while the machine stays warm: 30 s after a
 # call; reference.pt, ~5 GB on the 4-layer slice, cannot come back through $OUT), each call copying
 # the small JSONs back (a ref cut short after its fp32 backward: the same call again resumes from there):
-#   bash benchmarks/h200_session.sh "570 python benchmarks/megatron_parity.py --phase ref --dir runs/parity; cp runs/parity/meta.json $OUT/"
-#   bash benchmarks/h200_session.sh "570 python benchmarks/megatron_parity.py --phase hf --dir runs/parity; cp runs/parity/hf_bf16.json $OUT/"
-#   bash benchmarks/h200_session.sh "540 python benchmarks/megatron_parity.py --phase megatron --dir runs/parity" \
+#   bash device/h200_session.sh "570 python benchmarks/megatron_parity.py --phase ref --dir runs/parity; cp runs/parity/meta.json $OUT/"
+#   bash device/h200_session.sh "570 python benchmarks/megatron_parity.py --phase hf --dir runs/parity; cp runs/parity/hf_bf16.json $OUT/"
+#   bash device/h200_session.sh "540 python benchmarks/megatron_parity.py --phase megatron --dir runs/parity" \
 #       "30 python benchmarks/megatron_parity.py --phase report --dir runs/parity --out $OUT/megatron_h200_parity_fp32.json"
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1

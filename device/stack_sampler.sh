@@ -3,7 +3,7 @@
 # (Python and native frames) of each Ray actor process whose title matches PATTERN (e.g.
 # Trainer), appended to OUT_DIR/ROLE.txt under a "=== pid P at T s" line (one file per role: the
 # device tool hands back a few files, not one per sample). Runs until killed.
-#   bash benchmarks/stack_sampler.sh 'Trainer|Engine' 20 "$JOB/stacks" &
+#   bash device/stack_sampler.sh 'Trainer|Engine' 20 "$JOB/stacks" &
 set -u
 pattern=$1 every_s=$2 out=$3
 mkdir -p "$out"

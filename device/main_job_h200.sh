@@ -3,11 +3,11 @@
 # cache): from a real-format checkpoint of the slice written on the GPU (PEFT adapter export;
 # routing replay on), then from random init (merged export; routing agreement measured, replay
 # off). Between them the checkpoint goes: the 64 GiB disk cannot hold it beside a merged export.
-# py-spy samples the actors every 20 s (benchmarks/stack_sampler.sh) for the phases that are slow.
-#   bash benchmarks/h200_detached.sh start 590 "bash benchmarks/main_job_h200.sh [ckpt|rand|both]"
+# py-spy samples the actors every 20 s (device/stack_sampler.sh) for the phases that are slow.
+#   bash device/h200_detached.sh start 590 "bash device/main_job_h200.sh [ckpt|rand|both]"
 set -u
 which=${1:-both}
-bash benchmarks/stack_sampler.sh 'Trainer|Engine' 20 "$JOB/stacks" &
+bash device/stack_sampler.sh 'Trainer|Engine' 20 "$JOB/stacks" &
 sampler=$!
 if [ "$which" != rand ]; then
     python3 benchmarks/main_job.py "$JOB/ckpt" --profile slice4 --from-checkpoint algorithm.routing_replay=true

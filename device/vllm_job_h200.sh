@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The vLLM engine on one H200 (started by benchmarks/h200_vllm.sh over the image's torch 2.11).
+# The vLLM engine on one H200 (started by device/h200_vllm.sh over the image's torch 2.11).
 # Route 1, vLLM 0.26, on the Qwen3-30B-A3B 4-layer slice (model=qwen3_moe_4layer):
 #   bench    benchmarks/engine_generation.py: hf vs vLLM generate, same model and batch, 64 and 256
 #            sequences x 256 tokens, against the bandwidth floor; vLLM's sleep and wake
@@ -29,7 +29,7 @@
 #   glmckpt  the same from a real-format checkpoint with adapter sync (trainer.lora.merge=false): vLLM reads
 #            the base, the LoRA adapter (GLM's fused projections: launcher/workers/vllm/glm_lora_patch.py)
 #            goes to vLLM's LoRA every step; `export --adapter`
-#   bash benchmarks/vllm_job_h200.sh [PART ...]      (default: route 1's bench ckpt main replay adapter hf)
+#   bash device/vllm_job_h200.sh [PART ...]      (default: route 1's bench ckpt main replay adapter hf)
 set -u
 parts=${*:-bench ckpt main replay adapter hf}
 python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -2,9 +2,9 @@
 # A job longer than one device call (10 min): the first call starts it detached (setsid), later
 # calls, made while the machine is still warm, watch it; each call returns the job's small
 # files. Same environment as h200_session.sh (carry .whl/ and .pkgs/; installed once per machine).
-#   bash benchmarks/h200_detached.sh start WATCH_S "<command>"   (the command writes under $JOB)
-#   bash benchmarks/h200_detached.sh watch WATCH_S
-#   RETURN_CACHE=1 bash benchmarks/h200_detached.sh watch 0      (hand the Triton cache back too)
+#   bash device/h200_detached.sh start WATCH_S "<command>"   (the command writes under $JOB)
+#   bash device/h200_detached.sh watch WATCH_S
+#   RETURN_CACHE=1 bash device/h200_detached.sh watch 0      (hand the Triton cache back too)
 # A call returns after WATCH_S seconds or when the job has ended, whichever is first.
 set -u
 JOB=/tmp/detached
@@ -15,7 +15,7 @@ if [ ! -e /tmp/site/.installed ]; then
     touch /tmp/site/.installed
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JOB PATH=/tmp/site/bin:$PATH  # bin: py-spy
-# vLLM unpacked by benchmarks/h200_vllm.sh; its sampler would import flashinfer, which is not carried.
+# vLLM unpacked by device/h200_vllm.sh; its sampler would import flashinfer, which is not carried.
 [ -d /tmp/vsite ] && export PYTHONPATH=$PYTHONPATH:/tmp/vsite VLLM_USE_FLASHINFER_SAMPLER=0
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -30,7 +30,7 @@ def _checkpoint_state(engine) -> dict:
 
 def _kl(engine, ids_T: torch.Tensor, trainer_TV: torch.Tensor) -> dict:
     """KL(trainer || engine) per token on one sequence, against the trainer's logits."""
-    from benchmarks.harness.parity import kl_and_dlogp
+    from device.harness.parity import kl_and_dlogp
 
     with torch.no_grad():
         engine_TV = engine.model(input_ids=ids_T[None].to(engine.device), use_cache=False).logits[0].float()
