@@ -8,7 +8,8 @@ from launcher.exit_codes import ExitCode, unexpected
 
 def cmd_export(tokens: list[str], adapter: bool) -> int:
     from launcher.contract.errors import CheckpointError
-    from launcher.driver.export import ExportError, export
+    from launcher.driver.checkpoint_run import CheckpointRunError
+    from launcher.driver.export import export
     from launcher.driver.groups import ActorDiedError
     from launcher.driver.placement import PlacementError
 
@@ -18,7 +19,7 @@ def cmd_export(tokens: list[str], adapter: bool) -> int:
                          "python -m launcher export runs/NAME/checkpoints/step_000100 out/NAME [--adapter]")
     try:
         return export(paths[0], paths[1], adapter, tokens[2:])
-    except ExportError as err:
+    except CheckpointRunError as err:
         sys.stderr.write(f"export: {err}\n")
         return ExitCode.CONFIG
     except (ActorDiedError, CheckpointError, PlacementError) as err:  # expected failures: no traceback

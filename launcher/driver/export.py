@@ -14,33 +14,14 @@ import shutil
 import sys
 from pathlib import Path
 
-import yaml
-
+from launcher.driver.checkpoint_run import CheckpointRunError, check_checkpoint, rebuild_run
 from launcher.exit_codes import ExitCode
 from launcher.plan.sync import BUCKET_BYTES
 
-RUN_FILES = "overrides.yaml"
 
-
-class ExportError(RuntimeError):
-    """The export cannot run (no such checkpoint, no run config, output in the way)."""
-
-
-def run_overrides(checkpoint: Path) -> list[str]:
-    """The overrides the run was started with, from the run directory above the checkpoint."""
-    for folder in [checkpoint, *checkpoint.parents][:4]:
-        if (folder / RUN_FILES).is_file():
-            return list(yaml.safe_load((folder / RUN_FILES).read_text())["overrides"])
-    raise ExportError(f"{checkpoint}: no {RUN_FILES} in it or the 3 folders above it (the run directory "
-                      "`python -m launcher` wrote); use a checkpoint inside its run directory")
-
-
-def _check_paths(checkpoint: Path, out: Path) -> None:
-    if not (checkpoint / "COMPLETE").is_file() or not (checkpoint / "trainer").is_dir():
-        raise ExportError(f"{checkpoint} is not a complete training checkpoint (a step_N folder with COMPLETE "
-                          "and trainer/ in it)")
+def _check_out(out: Path) -> None:
     if out.exists() and any(out.iterdir()):
-        raise ExportError(f"{out} exists and is not empty; give a new folder")
+        raise CheckpointRunError(f"{out} exists and is not empty; give a new folder")
 
 
 def _check_space(out: Path, plan, adapter: bool) -> None:
@@ -56,7 +37,7 @@ def _check_space(out: Path, plan, adapter: bool) -> None:
         lora = plan.sync.export_adapter_bytes > 0
         what = "the LoRA adapter" if adapter else "the merged model" if lora else "the model"
         hint = "; or export the adapter alone with --adapter" if lora and not adapter else ""
-        raise ExportError(f"{out}: {what} needs {need / GIB:.1f} GiB, {root} has {have / GIB:.1f} GiB free "
+        raise CheckpointRunError(f"{out}: {what} needs {need / GIB:.1f} GiB, {root} has {have / GIB:.1f} GiB free "
                           f"(nothing was written). Free space there or give a folder on a larger disk{hint}")
 
 
@@ -126,14 +107,10 @@ def _write_random_init_config(cfg, folder: Path) -> None:
 
 
 def _export_on_ray(composed, plan, checkpoint: Path, staging: Path, adapter: bool) -> int:
-    from launcher.driver.checkpoint import restore
-    from launcher.driver.cluster import ray_session
-    from launcher.driver.launch import place_groups
+    from launcher.driver.session import checkpoint_session
 
     cfg = composed.config
-    with ray_session(cfg, plan.env) as embedded:
-        trainers, _ = place_groups(cfg, plan, embedded, with_engines=False)
-        restore(trainers, None, checkpoint, fallback=False)
+    with checkpoint_session(cfg, plan, checkpoint, with_engines=False) as (trainers, _):
         write = _write_adapter if adapter else _write_model
         return write(cfg, trainers, staging)
 
@@ -141,20 +118,16 @@ def _export_on_ray(composed, plan, checkpoint: Path, staging: Path, adapter: boo
 def export(checkpoint: str, out: str, adapter: bool, extra: list[str]) -> int:
     """Exit code: 0 written, 1 the config is refused, 3 the export failed (nothing left behind:
     the cli names a lost actor and its call, ActorDiedError, without a traceback)."""
-    from launcher.config.compose import compose
-    from launcher.validate import plan_and_check
-    from launcher.validate.report import findings_text
-
     checkpoint_dir, out_dir = Path(checkpoint).resolve(), Path(out).resolve()
-    _check_paths(checkpoint_dir, out_dir)
-    merge = "false" if adapter else "true"
-    composed = compose(run_overrides(checkpoint_dir) + extra + [f"trainer.lora.merge={merge}"])
-    if adapter and composed.config.trainer.lora.rank <= 0:
-        raise ExportError(f"{checkpoint}: --adapter needs a LoRA run (trainer.lora.rank is 0); export without it")
-    findings, plan = plan_and_check(composed)
-    if any(f.severity == "error" for f in findings):
-        sys.stderr.write(findings_text(findings, "refusing to export: "))
+    check_checkpoint(checkpoint_dir)
+    _check_out(out_dir)
+    rebuilt = rebuild_run(checkpoint_dir, [*extra, f"trainer.lora.merge={'false' if adapter else 'true'}"], "export")
+    if rebuilt is None:
         return ExitCode.REFUSED
+    composed, plan = rebuilt
+    if adapter and not plan.lora.enabled:
+        raise CheckpointRunError(f"{checkpoint}: --adapter needs a LoRA run (trainer.lora.rank is 0); export "
+                                 "without it")
     _check_space(out_dir, plan, adapter)
     staging = out_dir.parent / f".{out_dir.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)

@@ -26,18 +26,16 @@ from pathlib import Path
 
 from launcher.config.schema.choices import PlacementMode
 from launcher.driver.canary import RolloutCheckError
-from launcher.driver.cluster import gpu_resource, ray_session
-from launcher.driver.groups import ActorDiedError, EngineGroup, TrainerGroup
+from launcher.driver.cluster import ray_session
+from launcher.driver.groups import ActorDiedError
 from launcher.driver.no_signal import NoSignalError
 from launcher.driver.phase import RunPhase
-from launcher.driver.placement import Placement, PlacementError
+from launcher.driver.placement import PlacementError
 from launcher.driver.preemption import Preempted, StopNow, make_preemption, resume_command, stopped_report
 from launcher.driver.ray_processes import RayStartInterrupted
+from launcher.driver.session import place_groups
 from launcher.driver.startup import Startup
 from launcher.exit_codes import ExitCode, of_signal, unexpected
-
-PLACEMENT_TIMEOUT_S = 120.0
-
 
 EXIT_WRITE_WAIT_S = 30.0
 """How long a failed or interrupted run waits for its trainers to finish a background checkpoint write."""
@@ -137,48 +135,6 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
     return rt
 
 
-def place_groups(config, plan, embedded: bool, with_engines: bool = True, startup: Startup | None = None):
-    """(trainer group, engine group or None), placed on the plan's slots and started: the
-    run, `export` (trainers only) and `eval` bring them up the same way, each actor's phase
-    drawn live from `startup`'s board (a run passes its own and finishes it after the first
-    sync; without one, start-up ends when this returns).
-
-    Colocated, the engines start first and go to sleep (plan.memory.sleep_level) before any
-    trainer rank is created: an awake engine holds its whole gpu_memory_utilization budget,
-    which next to a trainer building its weights, grads and optimizer does not fit a GLM-5.3-Flash
-    GPU (MEM008 checks the start-up the planner models). The first weight sync then wakes the
-    engines' weights. Async groups own disjoint GPUs and start together."""
-    from launcher.workers import engine_class, trainer_class
-
-    own = startup is None
-    startup = startup or Startup()
-    startup.driver_phase("placement")
-    where = "the embedded Ray" if embedded else f"the Ray cluster at {config.cluster.ray_address}"
-    placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(embedded), embedded, where)
-    placement.ready(PLACEMENT_TIMEOUT_S)
-
-    colocated = config.placement.mode is PlacementMode.colocated
-    engines = None
-    if with_engines:
-        startup.driver_phase("engines" if colocated else "engines and trainers")
-        engines = EngineGroup(engine_class(config.inference.backend.value), config, plan, placement, startup.board)
-        startup.attach(engines)
-    if engines is not None and colocated:
-        engines.wait_ready()
-        if plan.memory.sleep_level:
-            startup.driver_phase("engines to sleep")
-            engines.call("sleep", plan.memory.sleep_level)
-        startup.driver_phase("trainers")
-    trainers = TrainerGroup(trainer_class(config.trainer.backend.value), config, plan, placement, startup.board)
-    startup.attach(trainers)
-    trainers.start()
-    if engines is not None and not colocated:
-        engines.wait_ready()
-    if own:
-        startup.finish()
-    return trainers, engines
-
-
 def _start_groups(config, plan, run_dir: Path, embedded: bool, startup: Startup):
     trainers, engines = place_groups(config, plan, embedded, startup=startup)
     (run_dir / "actors.json").write_text(json.dumps(trainers.info + engines.info, indent=2))
@@ -217,7 +173,7 @@ def _run(composed, plan, run_dir: Path, ckpt, resume_from, preemption) -> Path |
             startup.driver_phase("first sync")
             rt.sync_weights(with_base=True, wait=True)
             # Async: both groups own their GPUs. Colocated engines hold only their weights after the
-            # first sync (place_groups): step 1's wake checks that sync, before step 1 trains.
+            # first sync (session.place_groups): step 1's wake checks that sync, before step 1 trains.
             if rt.canary is not None and config.placement.mode is not PlacementMode.colocated:
                 startup.driver_phase("canary")
                 rt.canary.send("start-up (after the first sync)")

@@ -25,10 +25,10 @@ from tqdm import tqdm
 from launcher.driver import partial
 from launcher.driver.preemption import StepDropped
 from launcher.driver.rollout import chunk_seed
-from launcher.plan.loop import groups_per_chunk
 from launcher.driver.rollout_health import GENERATION_KEYS, TRAINING_KEYS
 from launcher.driver.runtime import Runtime
 from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
+from launcher.plan.loop import groups_per_chunk
 from launcher.plan.preemption import rest_of_step_s
 
 

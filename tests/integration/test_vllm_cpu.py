@@ -305,7 +305,7 @@ def test_engine_is_put_to_sleep_at_the_plans_level_before_the_trainer_builds():
     from launcher.config.compose import compose
     from launcher.contract.messages import GenerationRequest, SamplingParams
     from launcher.driver.cluster import ray_session
-    from launcher.driver.launch import place_groups
+    from launcher.driver.session import place_groups
     from launcher.plan import make_plan
     from launcher.weight_sync.push import sync_weights
 

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from launcher.driver import export as export_module
-from launcher.driver.export import ExportError, export
+from launcher.driver.checkpoint_run import CheckpointRunError
+from launcher.driver.export import export
 
 SLICE = ["recipe=tiny_grpo_chat", "model=glm5_3_flash_4layer", "cluster=h200x1", "inference.engines=1",
          "trainer.backend=megatron", "model.dtype=bfloat16", "trainer.lora.rank=16", "trainer.lora.alpha=32",
@@ -30,7 +31,7 @@ def _free_gib(monkeypatch, gib: float) -> None:
 
 def test_a_merged_export_larger_than_the_disk_is_refused_before_writing(checkpoint, tmp_path, monkeypatch):
     _free_gib(monkeypatch, 20)
-    with pytest.raises(ExportError) as err:
+    with pytest.raises(CheckpointRunError) as err:
         export(str(checkpoint), str(tmp_path / "out"), False, [])
     message = str(err.value)
     assert "the merged model needs 4" in message and "20.0 GiB free" in message and "--adapter" in message
