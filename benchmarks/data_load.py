@@ -1,4 +1,4 @@
-"""Issue 16: loading a DAPO-Math-sized parquet (1.8M rows) through launcher.driver.data.
+"""Issue 16: loading a DAPO-Math-sized parquet (1.8M rows) through launcher.driver.loop.data.
 
     PYTHONPATH=. .venv/bin/python benchmarks/data_load.py --out-dir /tmp/data_load [--rows 1791700] [--unique 17917]
 
@@ -58,12 +58,12 @@ CHILD = r"""
 import json, random, sys, time
 t0 = time.monotonic()
 from launcher.config.compose import compose
-from launcher.driver.data import PromptStream
+from launcher.driver.loop.data import PromptStream
 from launcher.rl.tokenizer import HfTokenizer
 cfg = compose(["recipe=dapo_sync", "data.train_path=" + sys.argv[1], "data.answer_key=reward_model.ground_truth"]).config
 tok = HfTokenizer(sys.argv[2])
 from pathlib import Path
-from launcher.driver.data import _load
+from launcher.driver.loop.data import _load
 ta = time.monotonic()
 _load("parquet", Path(sys.argv[1]))  # parquet -> datasets' Arrow cache (the first time)
 t1 = time.monotonic()

@@ -39,7 +39,7 @@ def run_mode(mode: str, out_dir: Path, args) -> list[dict]:
 
 def _per_sample(rows: list[dict], key: str) -> float:
     """`key` over every sample the rows' steps generated: a step row's reward and length are
-    means over its newly generated groups (launcher/driver/step.py generation_summary), so rows
+    means over its newly generated groups (launcher/driver/loop/step.py generation_summary), so rows
     weigh by their groups (each of algorithm.samples_per_prompt samples); a step that trained
     on queued groups while none finished has null there and weighs nothing; nan when no row
     generated a group."""

@@ -15,7 +15,7 @@ class ExitCode(IntEnum):
     """The run, export or evaluation failed after it started."""
     PREEMPTED_USR1 = 138
     """SIGUSR1 in run.preemption_signals (what the `sbatch` script forwards ahead of the time limit):
-    the run saved what it could and stopped (launcher/driver/preemption.py); the script requeues it."""
+    the run saved what it could and stopped (launcher/driver/loop/preemption.py); the script requeues it."""
     PREEMPTED_USR2 = 140
     """SIGUSR2 in run.preemption_signals: as SIGUSR1."""
     INTERRUPTED = 130

@@ -1,5 +1,5 @@
 """A JSON-lines data file line by line, the one reading that the run's loader
-(driver/data.py, to find the lines it must skip) and validate's pre-flight
+(driver/loop/data.py, to find the lines it must skip) and validate's pre-flight
 (validate/data_sample.py, on the first rows) share, so both call a line bad for the same
 reason and name it by the same 1-based line number. A foundation module, so every layer
 may import it.

@@ -19,10 +19,10 @@ from launcher.exit_codes import ExitCode, unexpected
 
 def cmd_eval(tokens: list[str], fmt: str) -> int:
     from launcher.contract.errors import CheckpointError
+    from launcher.driver.actors.errors import ActorDiedError
+    from launcher.driver.actors.placement import PlacementError
     from launcher.driver.checkpoint_run import CheckpointRunError
-    from launcher.driver.evaluate import EvalConfigError
-    from launcher.driver.groups import ActorDiedError
-    from launcher.driver.placement import PlacementError
+    from launcher.driver.loop.evaluate import EvalConfigError
 
     paths = [t for t in tokens if "=" not in t]
     if len(paths) != 1 or tokens[:1] != paths:

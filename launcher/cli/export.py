@@ -8,10 +8,10 @@ from launcher.exit_codes import ExitCode, unexpected
 
 def cmd_export(tokens: list[str], adapter: bool) -> int:
     from launcher.contract.errors import CheckpointError
+    from launcher.driver.actors.errors import ActorDiedError
+    from launcher.driver.actors.placement import PlacementError
     from launcher.driver.checkpoint_run import CheckpointRunError
     from launcher.driver.export import export
-    from launcher.driver.groups import ActorDiedError
-    from launcher.driver.placement import PlacementError
 
     paths = [t for t in tokens if "=" not in t]
     if len(paths) != 2 or tokens[:2] != paths:

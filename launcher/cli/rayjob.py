@@ -5,7 +5,7 @@ pod with cluster.gpus_per_node GPUs, on nodes matching cluster.kubernetes.node_s
 the job (shutdownAfterJobFinishes, after cluster.kubernetes.ttl_seconds_after_finished).
 Each pod's terminationGracePeriodSeconds is run.preemption_grace_s (launcher/plan/preemption.py):
 a drained or preempted node's pods get SIGTERM and that long before SIGKILL, the time the driver
-needs to finish or drop its step, save and stop Ray (launcher/driver/preemption.py). Ray's own
+needs to finish or drop its step, save and stop Ray (launcher/driver/loop/preemption.py). Ray's own
 processes in the pods get the SIGTERM too; whether they outlive the save there is untested.
 
     python -m launcher rayjob [overrides]             writes <run dir>/rayjob.yaml: `kubectl apply -f` it

@@ -6,7 +6,7 @@ stops Ray on every node however the run ends. Its time limit comes from the plan
 
 Preemption: the script asks Slurm for SIGUSR1 run.preemption_grace_s before the limit
 (`--signal=B:USR1@<grace>`, launcher/plan/preemption.py) and hands it to the launcher, which saves
-the last completed step and exits 138 (launcher/driver/preemption.py). After a 138 the script
+the last completed step and exits 138 (launcher/driver/loop/preemption.py). After a 138 the script
 stops Ray and requeues the job (`--requeue`); the requeued job runs the same script, which then
 resumes (run.resume=auto, whatever the first start said), until run.steps are done.
 `scancel --signal=USR1 --batch JOB` does the same by hand; `scancel --signal=USR2 --batch JOB`
@@ -32,7 +32,7 @@ from launcher.cli.commands import write_beside_plan
 from launcher.cli.slurm_time import TimeLimit, time_limit
 from launcher.cli.submit import refuse_secret_overrides
 from launcher.config.compose import Composed
-from launcher.driver.rundir import run_dir_of
+from launcher.driver.records.rundir import run_dir_of
 from launcher.exit_codes import ExitCode
 from launcher.plan.preemption import grace_s
 from launcher.validate import plan_and_check

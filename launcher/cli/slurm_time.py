@@ -3,7 +3,7 @@ jobs first, so the limit comes from the plan rather than a fixed guess.
 
     limit = TIME_MARGIN x (start-up + run.steps x step + checkpoints x checkpoint) + Ray bring-up + grace
 
-The phase estimates are the ones the driver's hang deadlines use (launcher/driver/deadlines.py
+The phase estimates are the ones the driver's hang deadlines use (launcher/driver/actors/deadlines.py
 phase_estimates_s, from plan.timing, plan.sync and plan.startup): one step is generation + weight
 sync + log-prob pass + training; a checkpoint is written every checkpoint.every_steps and after
 the last step. Held-out evaluations (run.eval_every_steps) have no estimate and are covered by
@@ -15,7 +15,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from launcher.driver.deadlines import phase_estimates_s
+from launcher.driver.actors.deadlines import phase_estimates_s
 
 TIME_MARGIN = 2.0
 """The phase estimates are pessimistic already; twice them again, because a job killed at its limit
@@ -72,7 +72,7 @@ def clock(seconds: int) -> str:
 
 
 def checkpoints_written(steps: int, every_steps: int) -> int:
-    """How many checkpoints a run of `steps` writes (launcher/driver/checkpoint.py Checkpointer.due)."""
+    """How many checkpoints a run of `steps` writes (launcher/driver/records/checkpoint.py Checkpointer.due)."""
     periodic = steps // every_steps if every_steps > 0 else 0
     return periodic + (0 if every_steps > 0 and steps % every_steps == 0 else 1)
 

@@ -25,7 +25,7 @@ from launcher.cli.args import Args, UsageError
 from launcher.cli.commands import take_run_dir_lock
 from launcher.cli.sweep import _summary, evaluate, expand
 from launcher.config.compose_points import PointComposer
-from launcher.driver.rundir import run_dir_of
+from launcher.driver.records.rundir import run_dir_of
 from launcher.exit_codes import ExitCode
 from launcher.secrets import mask_override
 from launcher.validate import check
@@ -97,7 +97,7 @@ def job_client(url: str):
 def _submit_point(client, url: str, overrides: list[str], run_dir: Path, cluster_cfg) -> dict:
     """One Ray job running the point's run from the shipped working_dir; its id, address and log command.
     `python` is the head node's (the PATH its `ray start` ran with), as for `ray job submit -- python ...`."""
-    from launcher.driver.cluster import shipped_code
+    from launcher.driver.actors.cluster import shipped_code
 
     entrypoint = shlex.join(["python", "-m", "launcher", "run", *overrides])
     runtime_env = {**shipped_code(cluster_cfg), "env_vars": {"PYTHONUNBUFFERED": "1"}}

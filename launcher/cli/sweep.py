@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from launcher.cli.args import Args, UsageError
 from launcher.cli.commands import take_run_dir_lock
 from launcher.config.compose_points import PointComposer
-from launcher.driver.rundir import run_dir_of, write_run_files
+from launcher.driver.records.rundir import run_dir_of, write_run_files
 from launcher.errors import ConfigError
 from launcher.exit_codes import ExitCode
 from launcher.validate import plan_and_check

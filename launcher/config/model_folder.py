@@ -1,6 +1,6 @@
 """The HF model folder (`model.hf_path`) read as plain JSON: its architecture and whether its
 weight files are there. ("Model folder": the weights the run starts from; "checkpoint" in this
-project is the training checkpoint, the run state a resume reads: launcher/driver/checkpoint.py.)
+project is the training checkpoint, the run state a resume reads: launcher/driver/records/checkpoint.py.)
 
 With `model.hf_path` set, the folder's config.json is the architecture (docs/design.md,
 "Checkpoints and formats"): compose copies every field `ArchConfig` knows from it into

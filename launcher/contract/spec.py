@@ -20,7 +20,7 @@ class ActorSpec:
     world: int = 1
     """Trainer ranks in the group (1 for an engine)."""
     board: Any = None
-    """The run's start-up board (a Ray actor handle, launcher/driver/startup.py) the actor
+    """The run's start-up board (a Ray actor handle, launcher/driver/actors/startup.py) the actor
     reports its phases to; None outside a run (tests, benchmarks)."""
 
     @classmethod

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 RUN_OVERRIDES = "overrides.yaml"
-"""What the run's start wrote into its run directory (driver/rundir.py write_run_files)."""
+"""What the run's start wrote into its run directory (driver/records/rundir.py write_run_files)."""
 
 
 class CheckpointRunError(RuntimeError):

@@ -1,5 +1,5 @@
 """`eval`'s work: one checkpoint of a run scored on the held-out set as the run's own evaluation
-scores it (driver/evaluate.py: same problems, seeds and metrics), so on the hf engines the
+scores it (driver/loop/evaluate.py: same problems, seeds and metrics), so on the hf engines the
 numbers equal the `eval/` row the run logged at that step. The trainers load the checkpoint on
 the run's mesh and push the weights to the engines exactly as a run's first weight sync does."""
 import sys
@@ -22,8 +22,8 @@ class CheckpointEval:
 def evaluate_checkpoint(checkpoint: Path, extra: list[str]) -> CheckpointEval | None:
     """The checkpoint's scores; None when the rules refuse the rebuilt run (findings on stderr).
     The val set and reward function load before Ray starts, so a mistake there costs a second."""
-    from launcher.driver.checkpoint import load_driver_state
-    from launcher.driver.evaluate import make_evaluator
+    from launcher.driver.loop.evaluate import make_evaluator
+    from launcher.driver.records.checkpoint import load_driver_state
     from launcher.rl.reward_fn import make_scorer
     from launcher.rl.tokenizer import make_tokenizer
 
@@ -41,7 +41,7 @@ def evaluate_checkpoint(checkpoint: Path, extra: list[str]) -> CheckpointEval | 
 
 
 def _score_on_ray(cfg, plan, checkpoint: Path, state, evaluator, scorer, tokenizer) -> dict:
-    from launcher.driver.session import checkpoint_session
+    from launcher.driver.actors.session import checkpoint_session
     from launcher.weight_sync.push import engines_hold_base, sync_weights
 
     with checkpoint_session(cfg, plan, checkpoint, with_engines=True) as (trainers, engines):

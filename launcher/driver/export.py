@@ -28,7 +28,7 @@ def _check_space(out: Path, plan, adapter: bool) -> None:
     """Room for the export before any of it is written: the plan's export size (the tensors the
     trainers stream out: the merged model, or the adapter) with the checkpoint writer's margin
     for the files copied from the base folder."""
-    from launcher.driver.checkpoint import GIB, SPACE_MARGIN
+    from launcher.driver.records.checkpoint import GIB, SPACE_MARGIN
 
     root = next(p for p in [out, *out.parents] if p.exists())
     need = (plan.sync.export_adapter_bytes if adapter else plan.sync.export_model_bytes) * SPACE_MARGIN
@@ -107,7 +107,7 @@ def _write_random_init_config(cfg, folder: Path) -> None:
 
 
 def _export_on_ray(composed, plan, checkpoint: Path, staging: Path, adapter: bool) -> int:
-    from launcher.driver.session import checkpoint_session
+    from launcher.driver.actors.session import checkpoint_session
 
     cfg = composed.config
     with checkpoint_session(cfg, plan, checkpoint, with_engines=False) as (trainers, _):

@@ -8,7 +8,7 @@ Exit codes (launcher/exit_codes.py): 0 done, 1 refused (the data, tokenizer or d
 cannot be used as configured: found before Ray started, and a run directory this start made
 is removed again), 3 the run failed (an actor died, a backend raised, a checkpoint could not
 be resumed, dynamic sampling found nothing to learn), 130 interrupted (Ctrl-C), 128 + the
-signal's number for a preemption signal (SIGTERM 143, SIGUSR1 138: launcher/driver/preemption.py
+signal's number for a preemption signal (SIGTERM 143, SIGUSR1 138: launcher/driver/loop/preemption.py
 saves the last completed step first). In every case Ray is shut down before returning, so no
 Ray process of the run outlives it, and a background checkpoint write the live trainers finish
 within EXIT_WRITE_WAIT_S is completed first (a second signal skips that). The last lines name
@@ -25,16 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config.schema.choices import PlacementMode
-from launcher.driver.canary import RolloutCheckError
-from launcher.driver.cluster import ray_session
-from launcher.driver.groups import ActorDiedError
-from launcher.driver.no_signal import NoSignalError
-from launcher.driver.phase import RunPhase
-from launcher.driver.placement import PlacementError
-from launcher.driver.preemption import Preempted, StopNow, make_preemption, resume_command, stopped_report
-from launcher.driver.ray_processes import RayStartInterrupted
-from launcher.driver.session import place_groups
-from launcher.driver.startup import Startup
+from launcher.driver.actors.cluster import ray_session
+from launcher.driver.actors.errors import ActorDiedError
+from launcher.driver.actors.placement import PlacementError
+from launcher.driver.actors.ray_processes import RayStartInterrupted
+from launcher.driver.actors.session import place_groups
+from launcher.driver.actors.startup import Startup
+from launcher.driver.loop.canary import RolloutCheckError
+from launcher.driver.loop.no_signal import NoSignalError
+from launcher.driver.loop.preemption import Preempted, StopNow, make_preemption, resume_command, stopped_report
+from launcher.driver.records.phase import RunPhase
 from launcher.exit_codes import ExitCode, of_signal, unexpected
 
 EXIT_WRITE_WAIT_S = 30.0
@@ -69,8 +69,8 @@ class Refused(Exception):
 
 def _before_ray(config) -> tuple[object, _Data]:
     """(the scorer, the data): everything the driver reads before it starts Ray."""
-    from launcher.driver.data import DataError, PromptStream
-    from launcher.driver.evaluate import make_evaluator
+    from launcher.driver.loop.data import DataError, PromptStream
+    from launcher.driver.loop.evaluate import make_evaluator
     from launcher.rl.reward_fn import RewardFnError, make_scorer
 
     try:
@@ -97,14 +97,14 @@ def _tokenizer(model_cfg):
 
 
 RUN_FILES = ("config.yaml", "overrides.yaml", "plan.json")
-"""What the start writes into the run directory before launch (driver/rundir.py write_run_files)."""
+"""What the start writes into the run directory before launch (driver/records/rundir.py write_run_files)."""
 
 
 def _remove_if_fresh(run_dir: Path) -> bool:
     """Remove a refused run's directory when it holds only what this start wrote (the run
     files and its lock): no half-written run is left to mistake for one. A directory with
     an earlier run's checkpoints or metrics stays. Returns whether it was removed."""
-    from launcher.driver.rundir import LOCK_NAME
+    from launcher.driver.records.rundir import LOCK_NAME
 
     if not {p.name for p in run_dir.iterdir()} <= {*RUN_FILES, LOCK_NAME}:
         return False
@@ -114,10 +114,10 @@ def _remove_if_fresh(run_dir: Path) -> bool:
 
 def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resume_from, scorer, data: _Data,
                    preemption):
-    from launcher.driver.checkpoint import DriverState, load_driver_state
-    from launcher.driver.metrics import StepLogger
-    from launcher.driver.runtime import Runtime
-    from launcher.driver.samples_log import forget_after as forget_samples_after
+    from launcher.driver.loop.runtime import Runtime
+    from launcher.driver.records.checkpoint import DriverState, load_driver_state
+    from launcher.driver.records.metrics import StepLogger
+    from launcher.driver.records.samples_log import forget_after as forget_samples_after
     from launcher.rl.algorithm import make_algorithm
 
     config = composed.config
@@ -129,7 +129,7 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
                  logger=logger, checkpointer=ckpt, state=state, last_checkpoint=resume_from,
                  evaluator=data.evaluator, scorer=scorer, preemption=preemption)
     if config.run.rollout_checks.canary.prompts:
-        from launcher.driver.canary import Canary
+        from launcher.driver.loop.canary import Canary
 
         rt.canary = Canary(rt)
     return rt
@@ -150,8 +150,8 @@ def _slots(infos: list[dict]) -> str:
 
 
 def _run(composed, plan, run_dir: Path, ckpt, resume_from, preemption) -> Path | None:
-    from launcher.driver.checkpoint import restore
-    from launcher.driver.loops import LOOPS
+    from launcher.driver.actors.session import restore
+    from launcher.driver.loop.loops import LOOPS
 
     config = composed.config
     scorer, data = _before_ray(config)  # Refused: a reward, tokenizer or data mistake costs seconds
@@ -215,7 +215,13 @@ def _already_complete(config, run_dir: Path, checkpoint: Path) -> str:
 
 
 def launch(composed, plan, run_dir) -> int:
-    from launcher.driver.checkpoint import Checkpointer, CheckpointError, checkpoint_root, load_driver_state, resolve_resume
+    from launcher.driver.records.checkpoint import (
+        Checkpointer,
+        CheckpointError,
+        checkpoint_root,
+        load_driver_state,
+        resolve_resume,
+    )
 
     config, run_dir = composed.config, Path(run_dir)
     ckpt = Checkpointer(checkpoint_root(config, run_dir), config.checkpoint.every_steps, config.checkpoint.keep,

@@ -1,5 +1,5 @@
 """The step loop's shape, derived once from the config: the driver runs exactly this shape
-(driver/loop_async.py, driver/step.py, the engine group) and the planner prices it
+(driver/loop/loop_async.py, driver/loop/step.py, the engine group) and the planner prices it
 (plan/update_wait.py, plan/routes.py), so neither can drift from the other.
 
 - Async placement: engines generate all the time in chunks of half a step's groups spread

@@ -5,7 +5,7 @@ vLLM engine owns its gpu_memory_utilization budget; an hf engine its weights and
 while the trainer has offloaded weights, grads and optimizer and keeps only its runtime
 reserve. Training: the trainer's full footprint
 plus what a sleeping engine keeps (sleep level 0 never releases the budget).
-Before the first step they start up (launcher/driver/session.py place_groups): the
+Before the first step they start up (launcher/driver/actors/session.py place_groups): the
 engines start and go to sleep, then the trainer builds (start-up: the sleeping engine +
 the built trainer), then the first weight sync wakes the engines' weights while the
 trainer is still whole (first sync: + the engine's weights + one transfer bucket + the

@@ -1,5 +1,5 @@
 """How long a run needs between a preemption signal and its exit: the default of
-run.preemption_grace_s, which the driver spends (launcher/driver/preemption.py), the sbatch
+run.preemption_grace_s, which the driver spends (launcher/driver/loop/preemption.py), the sbatch
 script asks Slurm for (`--signal=B:USR1@<grace>`) and the RayJob manifest gives its pods
 (terminationGracePeriodSeconds).
 
@@ -33,7 +33,7 @@ def _node_state_s(plan, gpus_per_node: int) -> float:
 
 def checkpoint_write_s(plan, gpus_per_node: int) -> float:
     """Seconds to write or read one node's training state, on top of the start-up overhead (the
-    hang deadline of a checkpoint call, launcher/driver/deadlines.py, and the grace's write)."""
+    hang deadline of a checkpoint call, launcher/driver/actors/deadlines.py, and the grace's write)."""
     return STARTUP_OVERHEAD_S + _node_state_s(plan, gpus_per_node)
 
 

@@ -9,7 +9,7 @@ An actor never initializes weights that a checkpoint or the first sync will over
 
 The estimate prices the bytes a node reads from storage and the bytes its GPUs initialize,
 plus a fixed overhead, and the first sync; the driver derives the first-call deadline of
-the start-up calls from it (launcher/driver/deadlines.py), and `plan` prints it.
+the start-up calls from it (launcher/driver/actors/deadlines.py), and `plan` prints it.
 """
 from dataclasses import dataclass
 

@@ -1,6 +1,6 @@
 """A colocated step's swap: what the sync loop does around generation, priced term by term.
 
-Per step (launcher/driver/loop_sync.py): the trainer's state leaves the GPU, the engines wake,
+Per step (launcher/driver/loop/loop_sync.py): the trainer's state leaves the GPU, the engines wake,
 generate, sleep, and the trainer's state comes back. The metrics' `rollout_s` spans all of it;
 `gen_s` only the generation. Each term is bytes over a measured rate, or a measured call:
 - the trainer's copies run at its backend's path: the Megatron trainer moves its tensors

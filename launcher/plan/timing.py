@@ -59,7 +59,7 @@ class TimingPlan:
     """A step's rollout as the sync loop's metrics time it (`rollout_s`): one generation round and the swap.
     With dynamic sampling's regenerations a step's may reach generation_s + swap_s."""
     canary_s: float
-    """One rollout canary check (run.rollout_checks.canary; driver/canary.py): its prompts' decode steps
+    """One rollout canary check (run.rollout_checks.canary; driver/loop/canary.py): its prompts' decode steps
     on each engine, then the trainer's forward over the engines' canary sequences. 0 with the canary off."""
 
 

@@ -2,7 +2,7 @@
 nested fields), each row's prompt formatted (instruction, system prompt, chat template) and
 counted in tokens, and why a row is bad.
 
-One function, `measure_rows`, does it for both sides: the run's loader (driver/data.py, over
+One function, `measure_rows`, does it for both sides: the run's loader (driver/loop/data.py, over
 the whole file in datasets' worker processes) and the validator's pre-flight
 (validate/rules/data_preflight.py, over the first data.preflight_rows rows, with the same
 tokenizer files read by the `tokenizers` library). What validate measures is therefore what

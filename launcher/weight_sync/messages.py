@@ -110,7 +110,7 @@ class BucketInfo:
 @dataclass(frozen=True)
 class EngineWait:
     """How long a trainer rank waits on each engine's step of a GPU weight transfer, and how
-    it names them: derived by the driver (driver/deadlines.py), which alone holds the plan's
+    it names them: derived by the driver (driver/actors/deadlines.py), which alone holds the plan's
     phase estimates, so the transfer's inner waits have a deadline as the driver's do."""
 
     whos: list[str]

@@ -14,7 +14,7 @@ from launcher.weight_sync.transports import transport_for
 
 def sync_weights(trainers, engines, version: int, with_base: bool, wait: bool,
                  max_bucket_bytes: int | None = None) -> SyncStats:
-    """Push policy `version` from the trainer group to the engine group (driver/groups.py) by
+    """Push policy `version` from the trainer group to the engine group (driver/actors/) by
     the trainer group's transport (plan.sync.transport)."""
     return transport_for(trainers.transport).sync(trainers, engines, version, with_base, wait,
                                                   max_bucket_bytes or BUCKET_BYTES)

@@ -1,7 +1,7 @@
 """Who uses an engine's model when weight updates arrive mid-generation
 (`inference.update_mode: in_flight`).
 
-The engine actor then runs two threads (Ray concurrency groups, driver/groups.py): one
+The engine actor then runs two threads (Ray concurrency groups, driver/actors/engine_group.py): one
 generates the in-flight chunks and offers the model at every token boundary; the other
 runs the driver's ordered calls (weight updates, held-out evaluation) and takes the model
 exclusively, at the next boundary, for as long as it needs it: a weight update from

@@ -2,7 +2,7 @@
 
 A Ray actor answers no call while its constructor runs (a model build or a checkpoint read:
 minutes at real width), so the driver cannot ask it. Instead each actor tells the run's
-start-up board (launcher/driver/startup.py, an actor of its own, handed over in the
+start-up board (launcher/driver/actors/startup.py, an actor of its own, handed over in the
 ActorSpec) every phase it enters, without waiting for an answer. The driver prints the
 board while it waits, writes the seconds per phase into metrics.jsonl, and a start-up
 deadline overrun names the phase the late actor was in.

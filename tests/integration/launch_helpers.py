@@ -74,7 +74,7 @@ class Run:
         raise AssertionError(f"no step {step} within {timeout_s} s")
 
     def phase(self) -> dict | None:
-        """The run's phase.json (launcher/driver/phase.py), or None before it is written."""
+        """The run's phase.json (launcher/driver/records/phase.py), or None before it is written."""
         try:
             return json.loads((self.dir / "phase.json").read_text())
         except FileNotFoundError:
@@ -144,7 +144,7 @@ class Run:
 
 def improvement(metrics: list[dict], key: str = "reward", window: int = 5) -> float:
     """Mean `key` of the last `window` steps that have it minus that of the first `window`: a
-    step that generated no sample (async loop) has null there, not a 0 (driver/step.py)."""
+    step that generated no sample (async loop) has null there, not a 0 (driver/loop/step.py)."""
     values = [m[key] for m in metrics if m.get(key) is not None]
     first, last = values[:window], values[-window:]
     return sum(last) / len(last) - sum(first) / len(first)

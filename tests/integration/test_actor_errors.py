@@ -38,9 +38,9 @@ def local_ray():
 
 
 def _group(actors):
-    from launcher.driver.groups import _Group
+    from launcher.driver.actors.actor_group import ActorGroup
 
-    group = _Group()
+    group = ActorGroup()
     group.actors, group.labels = actors, [f"trainer rank {i}" for i in range(len(actors))]
     group.info = [{"node": 0, "gpu": i, "pid": None} for i in range(len(actors))]
     group.wait_ready()
@@ -48,7 +48,7 @@ def _group(actors):
 
 
 def test_a_peers_death_is_reported_over_the_survivors_error(local_ray):
-    from launcher.driver.groups import ActorDiedError
+    from launcher.driver.actors.errors import ActorDiedError
 
     survivor, victim = Peer.remote(), Peer.remote()
     group = _group([survivor, victim])
@@ -69,7 +69,7 @@ def test_an_error_with_every_peer_alive_is_raised_as_it_is(local_ray):
 def test_a_cuda_out_of_memory_is_a_failed_run_with_torchs_figures_not_a_bug(local_ray):
     """Exit 3 without a traceback (launch.py catches ActorDiedError), and the line keeps torch's
     own figures, which name a process outside the run that holds the memory."""
-    from launcher.driver.groups import GpuMemoryError
+    from launcher.driver.actors.errors import GpuMemoryError
 
     engine = Peer.remote()
     group = _group([engine])

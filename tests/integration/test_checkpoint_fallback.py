@@ -6,7 +6,7 @@ import pytest
 import torch
 from launch_helpers import SMALL
 
-from launcher.driver.checkpoint import damage
+from launcher.driver.records.checkpoint import damage
 
 pytestmark = pytest.mark.slow
 CHECKPOINTS = ["checkpoint.every_steps=2", "checkpoint.keep=3", "run.seed=5"]

@@ -6,7 +6,7 @@ import json
 import pytest
 from launch_helpers import SMALL
 
-from launcher.driver.plot import accuracy_panel
+from launcher.driver.records.plot import accuracy_panel
 
 pytestmark = pytest.mark.slow
 BASE = ["run.steps=4", "checkpoint.every_steps=2", "run.seed=3", "run.eval_problems=16"]

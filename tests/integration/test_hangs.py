@@ -18,9 +18,10 @@ import pytest
 import ray
 from launch_helpers import SMALL
 
-from launcher.driver.deadlines import CallDeadlines
-from launcher.driver.groups import HangError, _Group
-from launcher.driver.ray_processes import records_dir
+from launcher.driver.actors.actor_group import ActorGroup
+from launcher.driver.actors.deadlines import CallDeadlines
+from launcher.driver.actors.errors import HangError
+from launcher.driver.actors.ray_processes import records_dir
 
 pytestmark = pytest.mark.slow
 HANG_S = 10
@@ -84,7 +85,7 @@ class _Napper:
 def test_a_call_past_its_deadline_names_only_the_actors_that_did_not_answer():
     ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")  # never a running cluster
     try:
-        group = _Group(CallDeadlines(hang_timeout_s=1.0))
+        group = ActorGroup(CallDeadlines(hang_timeout_s=1.0))
         group.actors, group.labels = [_Napper.remote(), _Napper.remote()], ["trainer rank 0", "trainer rank 1"]
         group.info = [{"node": 0, "gpu": i, "pid": None} for i in range(2)]
         group.wait_ready()  # first calls: the start-up allowance, not 1 s

@@ -51,7 +51,7 @@ import tempfile, zipfile
 from pathlib import Path
 import ray
 from launcher.config.schema.cluster import ClusterConfig
-from launcher.driver.cluster import shipped_code
+from launcher.driver.actors.cluster import shipped_code
 from ray._private.runtime_env.packaging import create_package
 env = shipped_code(ClusterConfig(ray_address="10.1.2.3:6379"))
 print(sorted(env))

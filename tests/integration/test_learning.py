@@ -50,7 +50,7 @@ def test_dapo_async_learns_with_bounded_staleness(launch_run):
     assert code == 0, err[-3000:]
     metrics = run.metrics()
     assert len(metrics) == 60
-    # null: a step that trained on queued groups while none finished (launcher/driver/step.py)
+    # null: a step that trained on queued groups while none finished (launcher/driver/loop/step.py)
     assert improvement(metrics) > 0.2, [m["reward"] and round(m["reward"], 3) for m in metrics]
     assert max(m["staleness_max"] for m in metrics) <= 2
     assert all(m["policy_version"] == m["step"] for m in metrics)

@@ -28,7 +28,7 @@ ASYNC = ["recipe=tiny_dapo_async", "algorithm.prompts_per_step=4", "algorithm.mi
 def _checkpoint(tmp_path: Path) -> Path:
     """A complete step_000002 of a tiny_grpo run directory (overrides.yaml above it), saved by
     one in-process hf trainer rank: what `export` reads, without a training run."""
-    from launcher.driver.checkpoint import Checkpointer, DriverState
+    from launcher.driver.records.checkpoint import Checkpointer, DriverState
     from launcher.workers import trainer_class
 
     run_dir = tmp_path / "run"
@@ -58,7 +58,7 @@ def test_export_ends_naming_the_trainer_rank_killed_mid_stream(tmp_path, monkeyp
     import ray
 
     from launcher.__main__ import main
-    from launcher.driver.groups import TrainerGroup
+    from launcher.driver.actors.trainer_group import TrainerGroup
 
     checkpoint, out = _checkpoint(tmp_path), tmp_path / "exported"
     killed = {}

@@ -37,9 +37,9 @@ def _live_timeouts(trainer) -> dict[str, float]:
 
 
 def _started_trainers(config, plan):
-    from launcher.driver.cluster import gpu_resource
-    from launcher.driver.groups import TrainerGroup
-    from launcher.driver.placement import Placement
+    from launcher.driver.actors.cluster import gpu_resource
+    from launcher.driver.actors.placement import Placement
+    from launcher.driver.actors.trainer_group import TrainerGroup
     from launcher.workers import trainer_class
 
     placement = Placement(plan.placement, config.cluster.gpus_per_node, gpu_resource(True), True)
@@ -53,7 +53,7 @@ def _started_trainers(config, plan):
     "hf", pytest.param("megatron", marks=pytest.mark.skipif(not HAS_MEGATRON, reason="megatron-core not installed"))])
 def test_every_trainer_group_has_the_configured_timeout(backend):
     from launcher.config.compose import compose
-    from launcher.driver.cluster import ray_session
+    from launcher.driver.actors.cluster import ray_session
     from launcher.plan import make_plan
 
     config = compose(["recipe=tiny_grpo", f"trainer.backend={backend}", f"trainer.nccl_timeout_s={TIMEOUT_S}",

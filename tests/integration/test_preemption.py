@@ -1,11 +1,11 @@
-"""A preemption signal loses at most the step in flight (launcher/driver/preemption.py): the
+"""A preemption signal loses at most the step in flight (launcher/driver/loop/preemption.py): the
 run exits 128 + the signal within its grace, its newest complete checkpoint is its last
 logged step, no `.partial` is left, and the resumed sync run matches an uninterrupted one
 row for row. Dynamic sampling that finds nothing to learn ends the run (exit 3) after
-algorithm.dynamic_sampling.max_empty_steps steps (launcher/driver/no_signal.py).
+algorithm.dynamic_sampling.max_empty_steps steps (launcher/driver/loop/no_signal.py).
 
 SIGTERM lands in each phase of a sync step by design, not by luck. The test watches the
-run's phase.json (launcher/driver/phase.py: a phase starts when the driver starts waiting on
+run's phase.json (launcher/driver/records/phase.py: a phase starts when the driver starts waiting on
 the group that does it) and holds the phase it targets by stopping (SIGSTOP) the actors it
 waits on until the driver has printed that the signal arrived: the engines in generation, the
 trainer (stopped while generation runs) in training, the engines (stopped while training

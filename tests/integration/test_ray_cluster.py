@@ -71,8 +71,8 @@ def ray_tmpdir():
 
 def test_secret_env_reaches_actors_but_no_log_or_run_file(launch_run, monkeypatch, ray_tmpdir):
     from launcher.config.compose import compose
-    from launcher.driver.cluster import ray_session
-    from launcher.driver.session import place_groups
+    from launcher.driver.actors.cluster import ray_session
+    from launcher.driver.actors.session import place_groups
     from launcher.plan import make_plan
 
     secret, hf_secret = f"fake-wandb-{uuid.uuid4().hex}", f"fake-hf-{uuid.uuid4().hex}"

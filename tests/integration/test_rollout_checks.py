@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from launcher.driver.checkpoint import damage
+from launcher.driver.records.checkpoint import damage
 from tests.integration.launch_helpers import Run
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ def test_colocated_engines_sleep_before_the_trainers_build_and_wake_at_the_first
 
     from launcher.config.compose import compose
     from launcher.contract.messages import GenerationRequest, SamplingParams
-    from launcher.driver.cluster import ray_session
-    from launcher.driver.session import place_groups
+    from launcher.driver.actors.cluster import ray_session
+    from launcher.driver.actors.session import place_groups
     from launcher.plan import make_plan
     from launcher.weight_sync.push import sync_weights
 

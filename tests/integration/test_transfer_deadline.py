@@ -90,11 +90,12 @@ def test_a_killed_engine_is_named_with_the_step(local_ray):
 def test_the_driver_names_the_engine_its_trainer_waited_on(local_ray):
     """The driver's send_weights call ends with ActorDiedError naming trainer rank 0, the call
     and the stopped engine; its own deadline (longer by the grace) never ran out."""
-    from launcher.driver.deadlines import CallDeadlines
-    from launcher.driver.groups import ActorDiedError, _Group
+    from launcher.driver.actors.actor_group import ActorGroup
+    from launcher.driver.actors.deadlines import CallDeadlines
+    from launcher.driver.actors.errors import ActorDiedError
 
     engines = [Engine.remote(), Engine.remote(600.0)]
-    group = _Group(CallDeadlines(hang_timeout_s=1.0))
+    group = ActorGroup(CallDeadlines(hang_timeout_s=1.0))
     group.actors, group.labels = [Trainer.remote(engines)], ["trainer rank 0"]
     group.info = [{"node": 0, "gpu": 0, "pid": None}]
     group.wait_ready()

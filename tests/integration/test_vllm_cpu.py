@@ -54,7 +54,7 @@ def probes(monkeypatch):
     import ray
 
     from launcher.contract.messages import GenerationRequest, SamplingParams, TrainShard
-    from launcher.driver.runtime import Runtime
+    from launcher.driver.loop.runtime import Runtime
     from launcher.plan.sync import MAX_BUCKETS_ALIVE
     from launcher.weight_sync import push
 
@@ -304,8 +304,8 @@ def test_engine_is_put_to_sleep_at_the_plans_level_before_the_trainer_builds():
 
     from launcher.config.compose import compose
     from launcher.contract.messages import GenerationRequest, SamplingParams
-    from launcher.driver.cluster import ray_session
-    from launcher.driver.session import place_groups
+    from launcher.driver.actors.cluster import ray_session
+    from launcher.driver.actors.session import place_groups
     from launcher.plan import make_plan
     from launcher.weight_sync.push import sync_weights
 

@@ -76,6 +76,29 @@ def test_layers_import_downward_only():
     assert not wrong, "imports from a higher layer:\n" + "\n".join(wrong)
 
 
+DRIVER_WINGS = ["records", "actors", "loop", ""]
+"""launcher/driver's wings, bottom to top: the run's records on disk, the Ray side (cluster,
+placement, actor groups, deadlines, start-up), the step loop; `""` the commands over them,
+directly under driver/ (launch, export, eval)."""
+
+
+def _wing(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) >= 3 and parts[2] in DRIVER_WINGS else ""
+
+
+def test_driver_wings_import_downward_only():
+    wrong = []
+    for path in _python_files("launcher/driver"):
+        here = _wing(_module_name(path))
+        for line, target in _imports(path):
+            if target.startswith("launcher.driver.") and _exists(target.split(".")):
+                there = _wing(target)
+                if DRIVER_WINGS.index(there) > DRIVER_WINGS.index(here):
+                    wrong.append(f"{path.relative_to(ROOT)}:{line} imports {target} ({there!r} is above {here!r})")
+    assert not wrong, "driver imports from a higher wing:\n" + "\n".join(wrong)
+
+
 def test_no_module_imports_another_folders_private_module():
     wrong = []
     for path in _python_files("launcher", "tests", "benchmarks", "device", "scripts", "model"):
@@ -97,6 +120,8 @@ def test_the_checks_catch_what_they_guard(tmp_path):
     """The helpers flag a real upward import and a real private import (so the checks can fail)."""
     assert LAYERS.index(_layer("launcher.driver.launch")) > LAYERS.index(_layer("launcher.plan"))
     assert _layer("launcher.errors") == "" and _layer("launcher.workers.hf.engine") == "workers"
+    assert _wing("launcher.driver.launch") == "" and _wing("launcher.driver.loop.step") == "loop"
+    assert DRIVER_WINGS.index(_wing("launcher.driver.records.rundir")) < DRIVER_WINGS.index("actors")
     assert LAYERS.index("contract") < LAYERS.index(_layer("launcher.weight_sync.pump")) < LAYERS.index("workers")
     assert _private_owner("launcher.workers.vllm._model_dir") == "launcher.workers.vllm"
     assert _private_owner("launcher.workers.hf.engine") is None and _private_owner("launcher.workers.hf._gone") is None

@@ -23,4 +23,4 @@ class LoggingConfig:
     """Used only when `wandb` is among backends."""
     samples: bool = False
     """Write every trained sequence to `<run dir>/samples.jsonl`: its tokens, behaviour
-    log-probs and the policy version of each token (launcher/driver/samples_log.py)."""
+    log-probs and the policy version of each token (launcher/driver/records/samples_log.py)."""

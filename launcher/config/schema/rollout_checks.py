@@ -1,5 +1,5 @@
 """`run.rollout_checks:` what stops a run whose rollouts went wrong instead of training on them
-(launcher/driver/rollout_health.py): the canary, and bounds on the per-step degeneration and
+(launcher/driver/loop/rollout_health.py): the canary, and bounds on the per-step degeneration and
 trainer-vs-engine mismatch metrics."""
 from dataclasses import dataclass, field
 from typing import Optional
@@ -28,7 +28,7 @@ class CanaryConfig:
     wrong weights, names, dtypes or recurrent state after a wake give whole nats."""
     relative_to_first: float = 10.0
     """Colocated loop: a check also fails past this multiple of the launch's first canary gap plus 0.1 nats
-    (driver/canary.py BASELINE_MARGIN), when that is lower than max_gap: engine and trainer hold the same weights
+    (driver/loop/canary.py BASELINE_MARGIN), when that is lower than max_gap: engine and trainer hold the same weights
     at every check there, so a small model's corruption that stays under max_gap still shows; 0 = off, >= 0."""
 
 

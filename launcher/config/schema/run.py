@@ -24,7 +24,7 @@ class RunConfig:
     `never`: start fresh (refuses a run directory that already holds checkpoints);
     any other value: path of a checkpoint directory to continue from."""
     eval_every_steps: int = 0
-    """Score the held-out set (launcher/driver/evaluate.py) after every this many steps and after the
+    """Score the held-out set (launcher/driver/loop/evaluate.py) after every this many steps and after the
     last step; 0 = never, >= 0. The set is data.val_path, or for synthetic tasks without one
     run.eval_problems generated problems from a disjoint index range. Sync loop: between steps, with
     the weights just synced; async loop: the version pushed after the step (see evaluate.py)."""
@@ -41,11 +41,11 @@ class RunConfig:
     """Seconds the driver waits for an actor's call (generate, train_step, a weight-sync step, ...)
     before the run fails as hung (exit 3, naming the actor, the call and the time), > 0; null =
     derived per call from the plan: 3 x its phase's estimate, at least 120 s
-    (launcher/driver/deadlines.py). An actor's first call of a method (start-up, the first
+    (launcher/driver/actors/deadlines.py). An actor's first call of a method (start-up, the first
     step's compilation) keeps its larger derived allowance (at least 600 s) when that is longer."""
     preemption_signals: list[StopSignal] = field(
         default_factory=lambda: [StopSignal.SIGTERM, StopSignal.SIGUSR1, StopSignal.SIGUSR2])
-    """Signals that stop the run and save it (launcher/driver/preemption.py): the step in flight
+    """Signals that stop the run and save it (launcher/driver/loop/preemption.py): the step in flight
     finishes, or is dropped by the grace deadline while its trainers have not started on it; a
     checkpoint of the last completed step is written when the newest complete one is older; Ray
     stops; the exit code is 128 + the signal's number (SIGTERM 143, SIGUSR1 138, SIGUSR2 140) and
@@ -61,5 +61,5 @@ class RunConfig:
     asks Slurm for the signal this long before the time limit; `rayjob` gives the pods this
     terminationGracePeriodSeconds."""
     rollout_checks: RolloutChecksConfig = field(default_factory=RolloutChecksConfig)
-    """Rollouts that cannot go silently wrong (launcher/driver/rollout_health.py): the engine-vs-trainer canary
+    """Rollouts that cannot go silently wrong (launcher/driver/loop/rollout_health.py): the engine-vs-trainer canary
     and the bounds on each step's degeneration and mismatch metrics that warn, then stop the run (exit 3)."""

@@ -100,7 +100,7 @@ def reward_fn_found(cfg, plan):
                     f"(the function {function!r} is only checked when the run starts).")
 
 
-# What each key's column may hold: the loader (driver/data.py load_problems) formats text or chat messages, and
+# What each key's column may hold: the loader (driver/loop/data.py load_problems) formats text or chat messages, and
 # takes text or a number as the reference answer.
 _COLUMN_KINDS = {"data.prompt_key": ("text", "messages"), "data.answer_key": ("text", "number")}
 

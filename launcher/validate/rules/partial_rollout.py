@@ -1,4 +1,4 @@
-"""`algorithm.partial_rollout` (launcher/driver/partial.py): a step's token budget per
+"""`algorithm.partial_rollout` (launcher/driver/loop/partial.py): a step's token budget per
 sequence, unfinished sequences carried to the next step; refused before Ray where it would
 do nothing or be wrong."""
 from launcher.config.schema.choices import PlacementMode

@@ -1,4 +1,4 @@
-"""run.rollout_checks (launcher/driver/rollout_health.py): bounds that can hold."""
+"""run.rollout_checks (launcher/driver/loop/rollout_health.py): bounds that can hold."""
 from launcher.validate.registry import error, rule
 
 

@@ -77,7 +77,7 @@ def eval_settings(cfg, plan):
                               ("run.eval_problems", r.eval_problems, 1)):
         if value is not None and value < least:
             yield error(key, f"{key}={value} is below {least}",
-                        "It is a count of steps, samples or problems (launcher/driver/evaluate.py).",
+                        "It is a count of steps, samples or problems (launcher/driver/loop/evaluate.py).",
                         f"Set {key} >= {least}.")
     if not (r.eval_every_steps > 0 or r.eval_before_train) or cfg.data.val_path is not None:
         return

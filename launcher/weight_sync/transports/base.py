@@ -58,7 +58,7 @@ class Transport(ABC):
     @abstractmethod
     def sync(self, trainers, engines, version: int, with_base: bool, wait: bool,
              max_bucket_bytes: int) -> SyncStats:
-        """Push policy `version` from the trainer group to the engine group (driver/groups.py)."""
+        """Push policy `version` from the trainer group to the engine group (driver/actors/)."""
 
 
 class BucketTransport(Transport):

@@ -10,7 +10,7 @@ import pytest
 from launcher.__main__ import main
 from launcher.cli.slurm_preflight import GPU_GRES, Partition, shortfall, slurm_seconds
 from launcher.cli.slurm_time import TIME_MARGIN, TimeLimit, checkpoints_written, time_limit
-from launcher.driver.deadlines import phase_estimates_s
+from launcher.driver.actors.deadlines import phase_estimates_s
 from launcher.validate import plan_and_check
 from tests.shared_compose import compose_shipped
 

@@ -10,8 +10,8 @@ from launcher.__main__ import main
 from launcher.cli.jobs import job_rows
 from launcher.cli.submit import dashboard_url, job_overrides
 from launcher.config.schema.cluster import ClusterConfig
-from launcher.driver.cluster import shipped_code
-from launcher.driver.rundir import RunDirLock
+from launcher.driver.actors.cluster import shipped_code
+from launcher.driver.records.rundir import RunDirLock
 from launcher.paths import PROJECT_ROOT
 from tests.shared_compose import compose_shipped
 

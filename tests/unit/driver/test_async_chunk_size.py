@@ -3,7 +3,7 @@ and the rest of the room once nothing is in flight, so a one-step queue (max_sta
 holding more than a step minus a chunk is still filled up to a step."""
 from types import SimpleNamespace
 
-from launcher.driver.loop_async import _Generator
+from launcher.driver.loop.loop_async import _Generator
 from launcher.plan import make_plan
 from tests.shared_compose import compose_shipped
 

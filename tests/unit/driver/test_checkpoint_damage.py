@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from launcher.contract.spec import ActorSpec
-from launcher.driver import checkpoint as ck
-from launcher.driver.checkpoint import (
+from launcher.driver.actors.session import restore
+from launcher.driver.records import checkpoint as ck
+from launcher.driver.records.checkpoint import (
     Checkpointer,
     CheckpointError,
     DamagedCheckpointError,
@@ -27,7 +28,6 @@ from launcher.driver.checkpoint import (
     ResumeError,
     load_driver_state,
     resolve_resume,
-    restore,
 )
 from tests.shared_compose import compose_shipped
 
@@ -155,7 +155,7 @@ def test_rng_state_survives_a_weights_only_load(tmp_path, hf):
 
 
 def test_torn_last_metrics_line_is_dropped_with_a_message(tmp_path, capsys):
-    from launcher.driver.metrics import METRICS_FILE, StepLogger
+    from launcher.driver.records.metrics import METRICS_FILE, StepLogger
 
     rows = [json.dumps({"step": s, "reward": 0.5}) for s in (1, 2, 3)]
     (tmp_path / METRICS_FILE).write_text("\n".join(rows) + '\n{"step": 4, "rew')

@@ -1,11 +1,11 @@
-"""The deadline of every driver wait on an actor call (launcher/driver/deadlines.py),
+"""The deadline of every driver wait on an actor call (launcher/driver/actors/deadlines.py),
 from real plans of real recipes, and the run.hang_timeout_s key that overrides it."""
 import functools
 
 import pytest
 
 from launcher.config.compose import compose
-from launcher.driver.deadlines import (
+from launcher.driver.actors.deadlines import (
     FIRST_CALL_FLOOR_S,
     FLOOR_S,
     HANDED_DOWN_GRACE_S,

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from launcher.driver.metrics import console_line, wandb_values
-from launcher.driver.plot import accuracy_panel, series, write_curves
-from launcher.driver.step import SAMPLE_MEANS, generation_summary
+from launcher.driver.loop.step import SAMPLE_MEANS, generation_summary
+from launcher.driver.records.metrics import console_line, wandb_values
+from launcher.driver.records.plot import accuracy_panel, series, write_curves
 from tests.integration.launch_helpers import improvement
 
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from launcher.contract.spec import ActorSpec
-from launcher.driver import evaluate
-from launcher.driver.data import PromptStream
+from launcher.driver.loop import evaluate
+from launcher.driver.loop.data import PromptStream
 from launcher.rl.reward_fn import make_scorer
 from launcher.rl.tokenizer import CharTokenizer, make_tokenizer
 from launcher.weight_sync.pump import sync_in_process
@@ -144,7 +144,7 @@ def test_greedy_only_and_training_weights_change_the_numbers():
 
 
 def _logger(run_dir, start_step):
-    from launcher.driver.metrics import StepLogger
+    from launcher.driver.records.metrics import StepLogger
 
     cfg = compose_shipped(["recipe=tiny_grpo", "run.steps=4", "logging.backends=[jsonl]"]).config
     return StepLogger(run_dir, cfg.logging, cfg.run, start_step, {})
@@ -163,7 +163,7 @@ def _eval_row(step):
 
 @pytest.mark.slow
 def test_resume_drops_the_checkpoints_eval_row_and_the_plot_shows_held_out_series(tmp_path):
-    from launcher.driver.plot import accuracy_panel
+    from launcher.driver.records.plot import accuracy_panel
 
     log = _logger(tmp_path, 0)
     log.log_eval(_eval_row(0))
@@ -186,7 +186,7 @@ def test_resume_drops_the_checkpoints_eval_row_and_the_plot_shows_held_out_serie
 
 
 def test_eval_console_line():
-    from launcher.driver.metrics import eval_line
+    from launcher.driver.records.metrics import eval_line
 
     line = eval_line({"steps": 4, **_eval_row(2)})
     assert line.startswith("eval    2/4 | greedy acc 0.200") and "mean@4 acc 0.100" in line and "n 8" in line

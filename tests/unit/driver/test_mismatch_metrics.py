@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from launcher.driver.plot import MISMATCH_SERIES, panel, write_curves
-from launcher.driver.rollout import Group
-from launcher.driver.train import train_on_groups
+from launcher.driver.loop.rollout import Group
+from launcher.driver.loop.train import train_on_groups
+from launcher.driver.records.plot import MISMATCH_SERIES, panel, write_curves
 from launcher.rl.off_policy import OffPolicy, mismatch_stats, rollout_kl_BT
 from launcher.rl.tasks import Problem
 

@@ -1,11 +1,11 @@
-"""Dynamic sampling that finds nothing to learn (driver/no_signal.py): a short step is said, and
+"""Dynamic sampling that finds nothing to learn (driver/loop/no_signal.py): a short step is said, and
 max_empty_steps steps in a row without a kept group (or their worth of groups in the async loop)
 end the run with the pass rate and the fix that fits it."""
 from types import SimpleNamespace
 
 import pytest
 
-from launcher.driver.no_signal import NoSignalError, NoSignalWatch
+from launcher.driver.loop.no_signal import NoSignalError, NoSignalWatch
 from tests.shared_compose import compose_shipped
 
 ALG = ["recipe=tiny_grpo", "algorithm.name=dapo", "algorithm.dynamic_sampling.enabled=true",

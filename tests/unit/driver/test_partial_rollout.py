@@ -1,4 +1,4 @@
-"""Partial rollouts' carry logic (launcher/driver/partial.py): what a step sends for a carried
+"""Partial rollouts' carry logic (launcher/driver/loop/partial.py): what a step sends for a carried
 group, what the checkpoint keeps, and (slow: a real hf engine in this process, no Ray, ~10 s)
 how a carried group's tokens are joined and that a step continued from the same state samples
 the same tokens."""
@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from launcher.contract.spec import ActorSpec
-from launcher.driver.checkpoint import DRIVER_FILE, DriverState, ResumeError, load_driver_state
-from launcher.driver.data import PromptStream
-from launcher.driver.loop_sync import fill_groups
-from launcher.driver.no_signal import NoSignalWatch
-from launcher.driver.partial import PartialGroup, StepCarry, continuation_chunks, from_state, to_state
+from launcher.driver.loop.data import PromptStream
+from launcher.driver.loop.loop_sync import fill_groups
+from launcher.driver.loop.no_signal import NoSignalWatch
+from launcher.driver.loop.partial import PartialGroup, StepCarry, continuation_chunks, from_state, to_state
+from launcher.driver.records.checkpoint import DRIVER_FILE, DriverState, ResumeError, load_driver_state
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import CharTokenizer
 from launcher.weight_sync.pump import sync_in_process
@@ -170,7 +170,7 @@ def test_a_resume_with_other_group_sizes_is_refused_naming_the_key():
 
 
 def test_the_async_loop_refuses_a_checkpoint_carrying_groups_rather_than_dropping_them():
-    from launcher.driver.partial import refuse_in_async
+    from launcher.driver.loop.partial import refuse_in_async
 
     with pytest.raises(ResumeError, match=r"carries 1 unfinished groups .* placement\.mode=async does not continue"):
         refuse_in_async(DriverState(step=2, carried=to_state([PartialGroup.fresh(0, 4)])))

@@ -1,12 +1,12 @@
-"""phase.json (launcher/driver/phase.py): written once a phase is entered, replaced whole on
+"""phase.json (launcher/driver/records/phase.py): written once a phase is entered, replaced whole on
 each entry, and named by a preemption signal's message."""
 import json
 import os
 import signal
 import time
 
-from launcher.driver.phase import PHASE_FILE, RunPhase
-from launcher.driver.preemption import Preemption
+from launcher.driver.loop.preemption import Preemption
+from launcher.driver.records.phase import PHASE_FILE, RunPhase
 
 
 def test_each_phase_entered_replaces_phase_json(tmp_path):

@@ -1,4 +1,4 @@
-"""Preemption without Ray: real signals to this process drive driver/preemption.py's state
+"""Preemption without Ray: real signals to this process drive driver/loop/preemption.py's state
 (first signal: a step deadline; second, or one before the loop runs: StopNow; the deadline
 inside a droppable phase: StepDropped); the grace default follows the plan; runtime.py
 completes a background checkpoint as soon as every rank's write is over and saves the last
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.driver.checkpoint import Checkpointer, DriverState
-from launcher.driver.preemption import Preemption, StepDropped, StopNow
-from launcher.driver.runtime import Runtime
+from launcher.driver.loop.preemption import Preemption, StepDropped, StopNow
+from launcher.driver.loop.runtime import Runtime
+from launcher.driver.records.checkpoint import Checkpointer, DriverState
 from launcher.exit_codes import ExitCode, of_signal
 from launcher.plan import make_plan
 from launcher.plan.preemption import STOP_S, checkpoint_write_s, grace_s, rest_of_step_s, save_s
@@ -166,7 +166,7 @@ def test_an_exit_completes_a_pending_write_only_when_the_ranks_finish_it(tmp_pat
 
 
 def test_the_run_keys_make_the_runs_preemption():
-    from launcher.driver.preemption import make_preemption
+    from launcher.driver.loop.preemption import make_preemption
 
     config = compose_shipped(["recipe=tiny_grpo", "run.preemption_signals=[SIGUSR2]", "run.preemption_grace_s=45"]).config
     plan = make_plan(config)

@@ -1,7 +1,7 @@
 """orchestrate.placement.preflight: node groups against a live cluster's nodes (ray.nodes() rows)."""
 import pytest
 
-from launcher.driver.placement import PlacementError, preflight
+from launcher.driver.actors.placement import PlacementError, preflight
 
 
 def _node(ip: str, **resources: float) -> dict:

@@ -1,5 +1,5 @@
 """The records that let a run stop what a SIGKILLed driver's embedded Ray left
-(launcher/driver/ray_processes.py), over real processes: only entries whose driver
+(launcher/driver/actors/ray_processes.py), over real processes: only entries whose driver
 is gone are acted on, and only processes with the recorded pid *and* start time are
 killed (a reused pid is someone else's). The real SIGKILL is tests/integration/test_hangs.py."""
 import json
@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from launcher.driver import ray_processes
+from launcher.driver.actors import ray_processes
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ and a run directory holding only what this start wrote is removed again."""
 import pytest
 
 from launcher.driver.launch import RUN_FILES, Refused, _before_ray, _remove_if_fresh
-from launcher.driver.rundir import LOCK_NAME
+from launcher.driver.records.rundir import LOCK_NAME
 from tests.shared_compose import compose_shipped
 
 

@@ -3,8 +3,8 @@ and no Ray started (a resubmitted sweep skips its finished points instead of red
 import json
 import sys
 
-from launcher.driver.checkpoint import DONE_MARK, DriverState
 from launcher.driver.launch import launch
+from launcher.driver.records.checkpoint import DONE_MARK, DriverState
 from launcher.plan import make_plan
 from tests.shared_compose import compose_shipped
 

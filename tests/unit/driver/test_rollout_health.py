@@ -1,12 +1,12 @@
-"""run.rollout_checks' bounds (launcher/driver/rollout_health.py): warn once, stop at the
+"""run.rollout_checks' bounds (launcher/driver/loop/rollout_health.py): warn once, stop at the
 stop_after_steps-th step in a row, a step back under the bound resets the count, the counts live
 in the driver state (a resume goes on counting), and a rule refuses a window the run cannot fill."""
 import pytest
 
 from launcher.config.compose import compose
-from launcher.driver.canary import RolloutCheckError
-from launcher.driver.checkpoint import DriverState
-from launcher.driver.rollout_health import GENERATION_KEYS, TRAINING_KEYS, HealthWatch
+from launcher.driver.loop.canary import RolloutCheckError
+from launcher.driver.loop.rollout_health import GENERATION_KEYS, TRAINING_KEYS, HealthWatch
+from launcher.driver.records.checkpoint import DriverState
 
 
 class _Rt:
@@ -61,7 +61,7 @@ class _Tokenizer:
 
 
 def _canary(*overrides):
-    from launcher.driver.canary import Canary
+    from launcher.driver.loop.canary import Canary
 
     rt = _Rt()
     rt.config = compose(["recipe=tiny_grpo", *overrides]).config

@@ -1,11 +1,11 @@
-"""The run directory's config.yaml, overrides.yaml and plan.json (launcher/driver/rundir.py): secrets masked,
+"""The run directory's config.yaml, overrides.yaml and plan.json (launcher/driver/records/rundir.py): secrets masked,
 schema fields named *key*/*token* kept, and the saved overrides recompose to the saved config."""
 import pytest
 import yaml
 from omegaconf import OmegaConf
 
 from launcher.config.compose import compose
-from launcher.driver.rundir import write_run_files
+from launcher.driver.records.rundir import write_run_files
 from launcher.secrets import MASK
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.driver.rundir import LOCK_NAME, RunDirLock, RunDirLocked, _pid_start
+from launcher.driver.records.rundir import LOCK_NAME, RunDirLock, RunDirLocked, _pid_start
 
 ROOT = Path(__file__).resolve().parents[3]
 HOLDER = """
 import sys, time
-from launcher.driver.rundir import RunDirLock
+from launcher.driver.records.rundir import RunDirLock
 with RunDirLock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)
@@ -129,7 +129,7 @@ def test_sweep_points_take_their_own_lock(tmp_path):
 
 def test_dead_holder_whose_child_keeps_the_lock_is_named(tmp_path):
     """A driver killed while a process it forked lives on: still locked, and the message says why."""
-    script = ("import os, sys, time\nfrom launcher.driver.rundir import RunDirLock\nRunDirLock(sys.argv[1]).acquire()\n"
+    script = ("import os, sys, time\nfrom launcher.driver.records.rundir import RunDirLock\nRunDirLock(sys.argv[1]).acquire()\n"
               "child = os.fork()\nif child == 0:\n    time.sleep(60)\n    os._exit(0)\n"
               "print(os.getpid(), child, flush=True)\nos._exit(0)\n")
     proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "run")], cwd=ROOT, stdout=subprocess.PIPE,

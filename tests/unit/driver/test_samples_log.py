@@ -2,7 +2,7 @@
 import json
 from types import SimpleNamespace
 
-from launcher.driver.samples_log import SAMPLES_FILE, forget_after, write_samples
+from launcher.driver.records.samples_log import SAMPLES_FILE, forget_after, write_samples
 
 
 def _group(step: int) -> SimpleNamespace:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from launcher.contract.spec import ActorSpec
-from launcher.driver.data import DataError, PromptStream, load_problems
+from launcher.driver.loop.data import DataError, PromptStream, load_problems
 from launcher.rl.prompts import GSM8K_INSTRUCTION
 from launcher.rl.tasks import TASKS
 from launcher.rl.tokenizer import CharTokenizer, HfTokenizer

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from launcher.driver.step import generation_summary
+from launcher.driver.loop.step import generation_summary
 from launcher.rl.degeneration import collapsed, degeneration_stats, repeated_ngrams
 
 
@@ -37,7 +37,7 @@ def test_healthy_and_degenerate_samples():
 
 
 def test_a_step_row_carries_them():
-    from launcher.driver.rollout import Group
+    from launcher.driver.loop.rollout import Group
     from launcher.rl.tasks import Problem
 
     group = Group(Problem("p", "a"), [1], [[4] * 10, [1, 2, 3]], [[-0.5] * 10, [-1.0, math.nan, -1.0]], [[0] * 10, [0] * 3],

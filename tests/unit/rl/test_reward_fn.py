@@ -83,8 +83,8 @@ def test_custom_reward_through_score_group(rewards_module):
     import torch
 
     from launcher.contract.messages import Generation
-    from launcher.driver.rollout import score_group
-    from launcher.driver.step import generation_summary
+    from launcher.driver.loop.rollout import score_group
+    from launcher.driver.loop.step import generation_summary
     from launcher.rl.algorithm import make_algorithm
     from launcher.rl.tokenizer import CharTokenizer
 
@@ -109,8 +109,8 @@ def test_custom_reward_through_score_group(rewards_module):
 
 def test_custom_reward_errors_are_counted_in_step_metrics(rewards_module):
     from launcher.contract.messages import Generation
-    from launcher.driver.rollout import score_group
-    from launcher.driver.step import generation_summary
+    from launcher.driver.loop.rollout import score_group
+    from launcher.driver.loop.step import generation_summary
     from launcher.rl.algorithm import make_algorithm
     from launcher.rl.tokenizer import CharTokenizer
 

@@ -43,8 +43,8 @@ def test_step_metrics_count_truncated_and_penalised_responses():
     """What the DAPO recipe's curves show: responses cut without EOS (truncated_frac) and
     those the overlong penalty shaped (overlong_penalized_frac, overlong_penalty_mean)."""
     from launcher.contract.messages import Generation
-    from launcher.driver.rollout import score_group
-    from launcher.driver.step import generation_summary
+    from launcher.driver.loop.rollout import score_group
+    from launcher.driver.loop.step import generation_summary
     from launcher.rl.tasks import TASKS, Problem
     from launcher.rl.tokenizer import CharTokenizer
 

@@ -5,8 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from launcher.driver.checkpoint import Checkpointer, DriverState, ResumeError, resolve_resume
-from launcher.driver.data import PromptStream
+from launcher.driver.loop.data import PromptStream
+from launcher.driver.records.checkpoint import Checkpointer, DriverState, ResumeError, resolve_resume
 from launcher.registry import Registry, UnknownNameError
 from launcher.rl.tokenizer import EOS_ID, UNK_TEXT, CharTokenizer
 from launcher.workers import engine_class, trainer_class

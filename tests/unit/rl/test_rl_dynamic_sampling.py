@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from launcher.contract.spec import ActorSpec
-from launcher.driver.data import PromptStream
-from launcher.driver.loop_sync import fill_groups
-from launcher.driver.rollout import make_chunks, sampling_params, score_group, split_generation
+from launcher.driver.loop.data import PromptStream
+from launcher.driver.loop.loop_sync import fill_groups
+from launcher.driver.loop.rollout import make_chunks, sampling_params, score_group, split_generation
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.dapo import has_signal
 from launcher.rl.tokenizer import CharTokenizer

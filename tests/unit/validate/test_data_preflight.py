@@ -100,7 +100,7 @@ def test_template_tokenizer_renders_and_counts_as_transformers_does():
     assert (light.eos_id, light.eos_ids, light.pad_id, light.vocab_size, light.has_chat_template) == \
         (hf.eos_id, hf.eos_ids, hf.pad_id, hf.vocab_size, hf.has_chat_template)
 
-    from launcher.driver.data import load_problems
+    from launcher.driver.loop.data import load_problems
     from launcher.validate.data_sample import data_sample
 
     cfg = compose_shipped(["recipe=tiny_grpo", f"model.tokenizer_path={TINY_TOKENIZER}", "data.task=gsm8k",

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from launcher.contract.spec import ActorSpec
-from launcher.driver.data import PromptStream
-from launcher.driver.loop_sync import fill_groups
-from launcher.driver.rollout import make_chunks, sampling_params, score_group, split_generation
-from launcher.driver.train import train_on_groups
+from launcher.driver.loop.data import PromptStream
+from launcher.driver.loop.loop_sync import fill_groups
+from launcher.driver.loop.rollout import make_chunks, sampling_params, score_group, split_generation
+from launcher.driver.loop.train import train_on_groups
 from launcher.plan.routes import REPLAYED_ROUTER_MODEL_TYPES
 from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import CharTokenizer

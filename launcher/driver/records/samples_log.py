@@ -11,7 +11,7 @@ token): enough to recompute every behaviour log-prob from the checkpoints of tho
 import json
 from pathlib import Path
 
-from launcher.driver.jsonl_rows import keep_rows
+from launcher.driver.records.jsonl_rows import keep_rows
 
 SAMPLES_FILE = "samples.jsonl"
 

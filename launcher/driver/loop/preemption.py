@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from launcher.driver.phase import RunPhase
+from launcher.driver.records.phase import RunPhase
 
 
 class StopNow(KeyboardInterrupt):

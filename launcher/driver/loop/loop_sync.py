@@ -13,7 +13,7 @@ Each phase (generate, train, sync, checkpoint) is entered in phase.json (phase.p
 background checkpoint is completed at the first phase boundary after its writes are over
 (after generation, training and the sync). After a preemption signal the loop stops at the
 next step boundary; the part of a step before the trainers start on it is droppable
-(driver/preemption.py): the step's data position is given back and the trainer takes the
+(driver/loop/preemption.py): the step's data position is given back and the trainer takes the
 GPUs again, so the driver can save the last completed step.
 """
 import dataclasses
@@ -22,12 +22,19 @@ import time
 
 from tqdm import tqdm
 
-from launcher.driver import partial
-from launcher.driver.preemption import StepDropped
-from launcher.driver.rollout import chunk_seed
-from launcher.driver.rollout_health import GENERATION_KEYS, TRAINING_KEYS
-from launcher.driver.runtime import Runtime
-from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
+from launcher.driver.loop import partial
+from launcher.driver.loop.preemption import StepDropped
+from launcher.driver.loop.rollout import chunk_seed
+from launcher.driver.loop.rollout_health import GENERATION_KEYS, TRAINING_KEYS
+from launcher.driver.loop.runtime import Runtime
+from launcher.driver.loop.step import (
+    collect_scored,
+    generation_summary,
+    keep_on_task_rewards,
+    send_prompts,
+    step_metrics,
+    timed_train,
+)
 from launcher.plan.loop import groups_per_chunk
 from launcher.plan.preemption import rest_of_step_s
 
@@ -145,7 +152,7 @@ def _generate(rt: Runtime, step: int, level: int) -> tuple[list, dict, list, flo
             _engines_take_the_gpus(rt, level, "generate", step)
             if rt.canary is not None:  # first on each engine: scored before the step trains (_run_step)
                 rt.canary.send(f"the wake of step {step}" if level else f"step {step}")
-            rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/driver/evaluate.py)
+            rt.start_eval()  # step - 1's weights, once the engines are awake (launcher/driver/loop/evaluate.py)
             eval_s = rt.finish_eval()  # not the step's time
             groups, gen, seen = collect_groups(rt, step)
             if not rt.preemption.may_start(rest_of_step_s(rt.plan)):

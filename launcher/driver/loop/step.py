@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
-from launcher.driver.rollout import Group, make_chunks, sampling_params, score_group, split_generation
-from launcher.driver.runtime import Runtime
-from launcher.driver.samples_log import write_samples
-from launcher.driver.train import train_on_groups
+from launcher.driver.loop.rollout import Group, make_chunks, sampling_params, score_group, split_generation
+from launcher.driver.loop.runtime import Runtime
+from launcher.driver.loop.train import train_on_groups
+from launcher.driver.records.samples_log import write_samples
 from launcher.rl.degeneration import degeneration_stats
 from launcher.rl.tasks import Problem
 

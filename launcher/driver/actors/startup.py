@@ -143,7 +143,8 @@ class Startup:
         self.board.report.remote("driver", phase)
 
     def attach(self, group) -> None:
-        """Draw `group` (a driver.groups group) on the board while its calls are waited on."""
+        """Draw `group` (a TrainerGroup or EngineGroup, driver/actors/) on the board while its calls
+        are waited on."""
         group.view = self.view
         self.groups.append(group)
         self.view.add_group(group.role + "s", group.labels)

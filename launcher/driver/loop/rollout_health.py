@@ -10,7 +10,7 @@ the step's row is logged.
 """
 import sys
 
-from launcher.driver.canary import RolloutCheckError
+from launcher.driver.loop.canary import RolloutCheckError
 
 GENERATION_KEYS = ("repeat_ngram_frac", "collapse_frac", "truncated_frac", "nonfinite_logprobs")
 TRAINING_KEYS = ("logprob_abs_diff_mean", "rollout_kl")

@@ -6,7 +6,7 @@ and the samples' degeneration signs (DEGENERATION_SERIES: repeated n-grams, sing
 truncation; rl/degeneration.py).
 
 Training rows (those with `reward`) give the sample curves; evaluation rows (those with
-EVAL_MARK, launcher/driver/evaluate.py) add the held-out accuracy to the top panel. A curve
+EVAL_MARK, launcher/driver/loop/evaluate.py) add the held-out accuracy to the top panel. A curve
 skips the steps without its value: a step that generated no sample has null means
 (metrics.py), which are not a 0.
 """

@@ -54,8 +54,8 @@ import time
 from dataclasses import dataclass
 
 from launcher.contract.messages import SamplingParams
-from launcher.driver.plot import EVAL_MARK
-from launcher.driver.rollout import make_chunks, sampling_params, split_generation
+from launcher.driver.loop.rollout import make_chunks, sampling_params, split_generation
+from launcher.driver.records.plot import EVAL_MARK
 from launcher.plan.loop import groups_per_chunk
 from launcher.rl.reward_fn import as_scorer
 from launcher.rl.tasks import TASKS, Problem
@@ -77,8 +77,8 @@ def _read_problems(data_cfg, seed: int, tokenizer, count: int | None, log) -> tu
     """(problems, where from) read exactly as the training loader reads its prompts: the same
     columns, bad-row handling, prompt formatting and length filter for data.val_path; the same
     generator and formatting for a synthetic task's held-out indices. The adapter to
-    launcher.driver.data: nothing else here knows how problems are read."""
-    from launcher.driver.data import PromptStream, load_problems
+    launcher.driver.loop.data: nothing else here knows how problems are read."""
+    from launcher.driver.loop.data import PromptStream, load_problems
 
     if data_cfg.val_path is not None:
         table = load_problems(data_cfg, tokenizer, data_cfg.val_path, key="data.val_path")

@@ -9,12 +9,12 @@ against the engine's, over the step's response tokens): `logprob_abs_diff_mean` 
 `logprob_abs_diff_max` (|old - rollout|) and `is_masked_frac` (the share of tokens that
 algorithm.off_policy's masks dropped). The samples' degeneration signs (rl/degeneration.py):
 `repeat_ngram_frac`, `collapse_frac` and the count `nonfinite_logprobs`; with `truncated_frac`
-run.rollout_checks bounds them (driver/rollout_health.py).
+run.rollout_checks bounds them (driver/loop/rollout_health.py).
 Timing keys end in `_s`; they are the only values that differ between two runs with the
 same seed (the resume test compares everything else).
 
 Each launch first writes a start-up row, `{"step": N, "startup": {actor: {phase: s}}, ...}`
-(N: the step it starts or resumes from). Held-out evaluations (launcher/driver/evaluate.py)
+(N: the step it starts or resumes from). Held-out evaluations (launcher/driver/loop/evaluate.py)
 are rows of their own, `{"step": N, "eval/...": ...}`, written after step N's training row
 (step 0: before the first step); a row is a training row when it has `reward`, an evaluation
 row when it has `eval/n`, the start-up row when it has `startup`.
@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 from launcher.config.schema.choices import LogBackend, WandbMode
-from launcher.driver.jsonl_rows import keep_rows
-from launcher.driver.plot import EVAL_MARK, write_curves
+from launcher.driver.records.jsonl_rows import keep_rows
+from launcher.driver.records.plot import EVAL_MARK, write_curves
 
 METRICS_FILE = "metrics.jsonl"
 STARTUP_MARK = "startup"
@@ -117,7 +117,7 @@ class StepLogger:
         self._write(metrics, console_line(metrics))
 
     def log_startup(self, ray_s: float, phases: dict[str, dict[str, float]], estimate_s: float) -> None:
-        """The start-up row (STARTUP_MARK): seconds per phase per actor (driver/startup.py),
+        """The start-up row (STARTUP_MARK): seconds per phase per actor (driver/actors/startup.py),
         Ray's own start counted as the driver's first phase, against the plan's estimate."""
         phases = {**phases, "driver": {"ray": round(ray_s, 2), **phases.get("driver", {})}}
         total = sum(phases["driver"].values())

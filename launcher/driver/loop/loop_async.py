@@ -19,7 +19,7 @@ has arrived, and weights flow to the engines after every step.
 - The loss is weighted by pi_old / pi_rollout (truncated) from the engines' log-probs,
   which here corrects for the engines' lag (train.py passes them in both loops).
 The pieces the sync loop runs too (sending, scoring, training, the row) are in step.py.
-- After a preemption signal (driver/preemption.py) no new step starts; a step in training
+- After a preemption signal (driver/loop/preemption.py) no new step starts; a step in training
   finishes (its sync, checkpoint and row), then the loop returns for the driver to save.
 - A background checkpoint is completed at the step boundaries (a training starts or ends)
   once its writes are over; groups without signal count towards
@@ -37,11 +37,18 @@ import collections
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from launcher.driver.partial import refuse_in_async
-from launcher.driver.rollout import chunk_seed
-from launcher.driver.rollout_health import GENERATION_KEYS, TRAINING_KEYS
-from launcher.driver.runtime import Runtime
-from launcher.driver.step import collect_scored, generation_summary, keep_on_task_rewards, send_prompts, step_metrics, timed_train
+from launcher.driver.loop.partial import refuse_in_async
+from launcher.driver.loop.rollout import chunk_seed
+from launcher.driver.loop.rollout_health import GENERATION_KEYS, TRAINING_KEYS
+from launcher.driver.loop.runtime import Runtime
+from launcher.driver.loop.step import (
+    collect_scored,
+    generation_summary,
+    keep_on_task_rewards,
+    send_prompts,
+    step_metrics,
+    timed_train,
+)
 
 POLL_S = 0.01
 

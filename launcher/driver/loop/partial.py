@@ -19,8 +19,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from launcher.contract.messages import Generation, GenerationRequest, SamplingParams
-from launcher.driver.checkpoint import ResumeError
-from launcher.driver.rollout import score_group
+from launcher.driver.loop.rollout import score_group
+from launcher.driver.records.checkpoint import ResumeError
 
 
 @dataclass

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from launcher.config.schema.choices import PlacementMode
 from launcher.contract.messages import GenerationRequest, SamplingParams
-from launcher.driver.train import trainer_logprobs
+from launcher.driver.loop.train import trainer_logprobs
 
 CANARY_SEED = 0xCA7A_27
 """The canary requests' sampling seed: the same tokens on every check of unchanged weights."""

@@ -11,7 +11,7 @@ cluster cannot hold fails in a second with both sides listed, not after a placem
 """
 from dataclasses import dataclass
 
-from launcher.driver.cluster import node_resource
+from launcher.driver.actors.cluster import node_resource
 
 NODE_ID_LABEL = "ray.io/node-id"
 """The label Ray gives every node (its id): a bundle selecting it lands on that node."""

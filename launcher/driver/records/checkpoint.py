@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from launcher.contract.errors import CheckpointError, CheckpointMismatchError, DamagedCheckpointError
+from launcher.contract.errors import CheckpointError, DamagedCheckpointError
 
 PREFIX = "step_"
 DONE_MARK = "COMPLETE"
@@ -48,17 +48,17 @@ class DriverState:
     """Problems drawn from the prompt stream so far."""
     carried: list[dict] = field(default_factory=list)
     """Partial rollouts: the groups left unfinished by step `step`, continued first by the next
-    (launcher/driver/partial.py PartialGroup as JSON); empty without them."""
+    (launcher/driver/loop/partial.py PartialGroup as JSON); empty without them."""
     checks_in_a_row: dict[str, int] = field(default_factory=dict)
     """run.rollout_checks: per metric, the steps in a row up to `step` past its stop bound
-    (launcher/driver/rollout_health.py), so a resume counts on where the run stopped."""
+    (launcher/driver/loop/rollout_health.py), so a resume counts on where the run stopped."""
 
 
 class ResumeError(CheckpointError):
     """run.resume cannot be honoured (no such checkpoint, or checkpoints where none may be)."""
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     sys.stderr.write(f"checkpoint: {message}\n")
     sys.stderr.flush()
 
@@ -91,7 +91,7 @@ class Checkpointer:
             return
         for partial in sorted(self.root.glob(f".{PREFIX}*.partial")):
             shutil.rmtree(partial, ignore_errors=True)
-            _warn(f"removed {partial}: a checkpoint write that an earlier run did not finish")
+            warn(f"removed {partial}: a checkpoint write that an earlier run did not finish")
 
     def due(self, step: int) -> bool:
         return step == self.total or (self.every > 0 and step % self.every == 0)
@@ -114,7 +114,7 @@ class Checkpointer:
             problem = damage(path)
             if problem is None:
                 return path
-            _warn(f"skipping {path}: {problem}")
+            warn(f"skipping {path}: {problem}")
         return None
 
     def save(self, trainers, state: DriverState, async_write: bool = False) -> dict:
@@ -171,7 +171,7 @@ class Checkpointer:
             full = isinstance(err, Exception) and _disk_full(err, self.root)
             shutil.rmtree(partial, ignore_errors=True)
             if full:
-                raise CheckpointError(f"no space left on {self.root} while writing {name} ({_reason(err)}); "
+                raise CheckpointError(f"no space left on {self.root} while writing {name} ({error_reason(err)}); "
                                       f"removed its unfinished {partial.name}. Free space there, lower "
                                       f"checkpoint.keep (now {self.keep}) or set checkpoint.dir to a larger disk") from err
             raise
@@ -269,41 +269,8 @@ def resolve_resume(resume: str, ckpt: Checkpointer) -> Path | None:
     return path
 
 
-def _reason(err: BaseException) -> str:
+def error_reason(err: BaseException) -> str:
     """One line for a load that raised: the rank's own exception, not Ray's wrapping of it."""
     cause = getattr(err, "cause", None) or err
     lines = str(cause).strip().splitlines()
     return f"{type(cause).__name__}: {lines[0][:MAX_REASON_CHARS]}" if lines else type(cause).__name__
-
-
-def restore(trainers, ckpt: Checkpointer, first: Path, fallback: bool) -> Path:
-    """Load checkpoint `first` into every trainer rank; returns the checkpoint loaded.
-
-    When a rank's load_checkpoint raises, `fallback` (run.resume=auto) moves on to the
-    newest usable checkpoint before it, saying so; without it the run fails naming why. A
-    rank that died is no damage of the checkpoint: its ActorDiedError goes up unchanged."""
-    from launcher.driver.groups import ActorDiedError
-
-    path = Path(first)
-    while True:
-        try:
-            notes = {n for n in trainers.call("load_checkpoint", str(path / "trainer")) if n}
-            for note in sorted(notes):  # e.g. the mesh changed: what was resharded
-                _warn(f"{path.name}: {note}")
-            return path
-        except ActorDiedError:
-            raise
-        except Exception as err:  # noqa: BLE001 - whatever a backend's load raises makes the checkpoint unusable
-            reason = _reason(err)
-            if isinstance(getattr(err, "cause", None) or err, CheckpointMismatchError):
-                raise ResumeError(f"checkpoint {path} belongs to another run: {reason}") from err
-            if not fallback:
-                raise ResumeError(f"checkpoint {path} could not be loaded: {reason}") from err
-            _warn(f"skipping {path}: a trainer rank could not load it ({reason})")
-            previous = ckpt.newest_usable(before=path)
-            if previous is None:
-                raise ResumeError(f"run.resume=auto: no checkpoint in {ckpt.root} loads (the last tried, "
-                                  f"{path.name}: {reason}); move them away to start afresh") from err
-            _warn(f"resuming from {previous} instead")
-            path = previous
-

@@ -5,10 +5,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from launcher.config.schema.choices import PlacementMode
-from launcher.driver.cluster import gpu_resource, ray_session
-from launcher.driver.groups import EngineGroup, TrainerGroup
-from launcher.driver.placement import Placement
-from launcher.driver.startup import Startup
+from launcher.contract.errors import CheckpointMismatchError
+from launcher.driver.actors.cluster import gpu_resource, ray_session
+from launcher.driver.actors.engine_group import EngineGroup
+from launcher.driver.actors.errors import ActorDiedError
+from launcher.driver.actors.placement import Placement
+from launcher.driver.actors.startup import Startup
+from launcher.driver.actors.trainer_group import TrainerGroup
+from launcher.driver.records.checkpoint import Checkpointer, ResumeError, error_reason, warn
 
 PLACEMENT_TIMEOUT_S = 120.0
 
@@ -58,9 +62,38 @@ def place_groups(config, plan, embedded: bool, with_engines: bool = True, startu
 def checkpoint_session(config, plan, checkpoint: Path, with_engines: bool):
     """Ray up, the groups placed and the trainers loaded from `checkpoint` (the one the command
     names: no fallback); yields (trainers, engines or None). Ray stops however the block ends."""
-    from launcher.driver.checkpoint import restore
-
     with ray_session(config, plan.env) as embedded:
         trainers, engines = place_groups(config, plan, embedded, with_engines=with_engines)
         restore(trainers, None, checkpoint, fallback=False)
         yield trainers, engines
+
+
+def restore(trainers, ckpt: Checkpointer, first: Path, fallback: bool) -> Path:
+    """Load checkpoint `first` into every trainer rank; returns the checkpoint loaded.
+
+    When a rank's load_checkpoint raises, `fallback` (run.resume=auto) moves on to the
+    newest usable checkpoint before it, saying so; without it the run fails naming why. A
+    rank that died is no damage of the checkpoint: its ActorDiedError goes up unchanged."""
+    path = Path(first)
+    while True:
+        try:
+            notes = {n for n in trainers.call("load_checkpoint", str(path / "trainer")) if n}
+            for note in sorted(notes):  # e.g. the mesh changed: what was resharded
+                warn(f"{path.name}: {note}")
+            return path
+        except ActorDiedError:
+            raise
+        except Exception as err:  # noqa: BLE001 - whatever a backend's load raises makes the checkpoint unusable
+            reason = error_reason(err)
+            if isinstance(getattr(err, "cause", None) or err, CheckpointMismatchError):
+                raise ResumeError(f"checkpoint {path} belongs to another run: {reason}") from err
+            if not fallback:
+                raise ResumeError(f"checkpoint {path} could not be loaded: {reason}") from err
+            warn(f"skipping {path}: a trainer rank could not load it ({reason})")
+            previous = ckpt.newest_usable(before=path)
+            if previous is None:
+                raise ResumeError(f"run.resume=auto: no checkpoint in {ckpt.root} loads (the last tried, "
+                                  f"{path.name}: {reason}); move them away to start afresh") from err
+            warn(f"resuming from {previous} instead")
+            path = previous
+

@@ -12,7 +12,7 @@ is enforced by Ray exactly as on a real cluster. Every worker gets the plan's en
 Secret variables (launcher.secrets.is_secret_name: WANDB_API_KEY, HF_TOKEN, ...) never go
 through `runtime_env`: Ray writes a job's runtime_env in clear into its session logs
 (runtime_env_agent.log, world-readable). They are handed to each actor as a constructor
-argument instead (`secret_worker_env()`, read by orchestrate/groups.py), which Ray keeps in
+argument instead (`secret_worker_env()`, read by actor_group.py), which Ray keeps in
 memory and never logs, and which works on every node of a remote cluster (a file would not).
 """
 import contextlib
@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from launcher.driver.ray_processes import interruptible_start, reap_dead_sessions, record_session
+from launcher.driver.actors.ray_processes import interruptible_start, reap_dead_sessions, record_session
 
 LOGICAL_GPU = "logical_gpu"
 # Quiet, reproducible workers; the plan's environment (and the user's `env`) wins.

@@ -6,20 +6,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.driver.checkpoint import Checkpointer, DriverState, load_driver_state
-from launcher.driver.data import PromptStream
-from launcher.driver.metrics import StepLogger
-from launcher.driver.no_signal import NoSignalWatch
-from launcher.driver.preemption import Preemption
-from launcher.driver.rollout_health import HealthWatch
+from launcher.driver.loop.data import PromptStream
+from launcher.driver.loop.no_signal import NoSignalWatch
+from launcher.driver.loop.preemption import Preemption
+from launcher.driver.loop.rollout_health import HealthWatch
+from launcher.driver.records.checkpoint import Checkpointer, DriverState, load_driver_state
+from launcher.driver.records.metrics import StepLogger
 from launcher.weight_sync.messages import SyncStats
 from launcher.weight_sync.push import check_pending, engines_hold_base, sync_weights
 
 if TYPE_CHECKING:  # only for the annotations: importing them here would pull in ray
     from launcher.config.schema import LauncherConfig
-    from launcher.driver.canary import Canary
-    from launcher.driver.evaluate import Evaluator, PendingEval
-    from launcher.driver.groups import EngineGroup, TrainerGroup
+    from launcher.driver.actors.engine_group import EngineGroup
+    from launcher.driver.actors.trainer_group import TrainerGroup
+    from launcher.driver.loop.canary import Canary
+    from launcher.driver.loop.evaluate import Evaluator, PendingEval
     from launcher.plan import Plan
     from launcher.rl.algorithm import Algorithm
     from launcher.rl.reward_fn import RewardScorer
@@ -32,9 +33,9 @@ class Runtime:
     plan: Plan
     run_dir: Path
     trainers: TrainerGroup
-    """driver/groups.py TrainerGroup (or anything with its methods)."""
+    """driver/actors/trainer_group.py TrainerGroup (or anything with its methods)."""
     engines: EngineGroup
-    """driver/groups.py EngineGroup."""
+    """driver/actors/engine_group.py EngineGroup."""
     tokenizer: Tokenizer
     stream: PromptStream
     algorithm: Algorithm
@@ -143,7 +144,7 @@ class Runtime:
         self.checkpoint_stats = {}
 
     def eval_due(self) -> bool:
-        """Whether step `state.step` gets a held-out evaluation (launcher/driver/evaluate.py
+        """Whether step `state.step` gets a held-out evaluation (launcher/driver/loop/evaluate.py
         says when and why); the sync loop asks before waking the engines for the last one."""
         return self.evaluator is not None and self.evaluator.due(self.state.step)
 

@@ -9,7 +9,7 @@ first so that every mini-batch's PPO ratio is taken against the same old policy.
 import torch
 
 from launcher.contract.messages import TrainShard
-from launcher.driver.rollout import Group
+from launcher.driver.loop.rollout import Group
 
 SUMMED_STATS = ("clip_frac", "ppo_kl", "entropy", "kl_ref", "is_weight", "rollout_kl", "logprob_abs_diff_mean",
                 "is_masked_frac")
@@ -54,7 +54,7 @@ def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, carr
 def trainer_logprobs(trainers, seqs: list[list[int]], prompt_lens: list[int], rollout: list[list[float]],
                      carried: dict) -> list[list[float]]:
     """The trainer's log-probs of each sequence's response tokens, no update (the rollout canary's
-    scoring, driver/canary.py); `carried`: the engine's routes / indexer pools to replay, if any."""
+    scoring, driver/loop/canary.py); `carried`: the engine's routes / indexer pools to replay, if any."""
     everyone = list(range(len(seqs)))
     return trainers.logprobs(_shards(everyone, trainers.dp, seqs, prompt_lens, [0.0] * len(seqs), rollout, None,
                                      carried), order=everyone)
