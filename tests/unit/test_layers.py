@@ -2,10 +2,11 @@
 
 Layers, bottom to top (a module may import its own package and any layer below it):
 the foundation modules directly under launcher/ (errors, registry, paths, secrets), config,
-rl (the maths both sides share), plan, validate, search, contract (what driver and workers
-exchange, which carries the plan), weight_sync (the trainer's export, the engines' receive,
-the driver's pump and one plug-in per transport: the backends build on it, the driver calls
-it), workers, driver, cli, and launcher/__main__.py.
+rl (the maths both sides share), envs (the tool-use environments of multi-turn episodes), plan,
+validate, search, contract (what driver and workers exchange, which carries the plan),
+weight_sync (the trainer's export, the engines' receive, the driver's pump and one plug-in per
+transport: the backends build on it, the driver calls it), workers, driver, cli, and
+launcher/__main__.py.
 
 A private module (a name starting with `_`) belongs to the folder it sits in: only modules
 in that folder import it. Tests, benchmarks, the device harness and scripts are outside every
@@ -16,7 +17,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["", "config", "rl", "plan", "validate", "search", "contract", "weight_sync", "workers", "driver", "cli",
+LAYERS = ["", "config", "rl", "envs", "plan", "validate", "search", "contract", "weight_sync", "workers", "driver", "cli",
           "__main__"]
 """`""` is the foundation: the leaf modules directly under launcher/."""
 
