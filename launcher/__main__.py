@@ -1,15 +1,15 @@
 """Entry point: `python -m launcher [run|plan|validate|mesh|export|eval|submit|jobs|sbatch|rayjob] [flags] [overrides]`.
 
 Composition, validation and planning never import torch, ray, vllm or megatron, so
-`plan`/`validate` answer in well under a second; only `run` loads the RL stack.
+`plan`/`validate` answer in well under a second; only `run` loads the RL stack. Each command's
+module is imported in its branch, so `validate` (pre-commit, launcher/cli/validate.py) loads
+neither the run directory's code nor the help text.
 """
 import sys
 
 from launcher.cli.args import Args, UsageError, parse_args
-from launcher.cli.commands import cmd_plan, cmd_run, cmd_validate
-from launcher.cli.help import help_text, version_text
+from launcher.cli.validate import cmd_validate
 from launcher.config.compose import compose
-from launcher.driver.rundir import resolved_yaml
 from launcher.errors import ConfigError
 from launcher.exit_codes import ExitCode
 from launcher.paths import add_root
@@ -17,11 +17,10 @@ from launcher.validate.report import findings_json, findings_text
 
 
 def _dispatch(args: Args) -> int:
-    if args.version:
-        sys.stdout.write(version_text())
-        return ExitCode.OK
-    if args.help is not None:
-        sys.stdout.write(help_text(args.help))
+    if args.version or args.help is not None:
+        from launcher.cli.help import help_text, version_text
+
+        sys.stdout.write(version_text() if args.version else help_text(args.help))
         return ExitCode.OK
     for root in args.roots:
         add_root(root)
@@ -51,6 +50,9 @@ def _dispatch(args: Args) -> int:
         from launcher.cli.mesh import cmd_mesh
 
         return cmd_mesh(args.overrides, args.format)
+    from launcher.cli.commands import cmd_plan, cmd_run
+    from launcher.driver.records.rundir import resolved_yaml
+
     composed = compose(args.overrides)
     if args.cfg is not None:
         sys.stdout.write(resolved_yaml(composed))

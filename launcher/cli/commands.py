@@ -1,59 +1,15 @@
-"""The subcommands. Each composes, checks and plans before anything is started or written."""
+"""`plan` and `run`, and the run directory's lock every command that writes takes. Each composes, checks
+and plans before anything is started or written; `validate`, which writes nothing, is launcher/cli/validate.py."""
 import os
 import sys
 from pathlib import Path
 
-from launcher.config.compose import Composed, compose
-from launcher.config.files import available, in_root
-from launcher.driver.rundir import RunDirLock, RunDirLocked, resolved_yaml, run_dir_of, write_run_files
-from launcher.errors import ConfigError, Finding
+from launcher.cli.validate import has_error
+from launcher.config.compose import Composed
+from launcher.driver.records.rundir import RunDirLock, RunDirLocked, resolved_yaml, run_dir_of, write_run_files
 from launcher.exit_codes import ExitCode
 from launcher.validate import plan_and_check
 from launcher.validate.report import findings_json, findings_text
-
-
-def _has_error(findings: list[Finding]) -> bool:
-    return any(f.severity == "error" for f in findings)
-
-
-def _all_recipes(roots: list[str]) -> list[str]:
-    """--all's recipes: those of the --root folders when given (a team's, in pre-commit: the shipped
-    ones are checked in the launcher's own CI), else every root's."""
-    if not roots:
-        return sorted(available("recipe"))
-    return sorted({name for root in roots for name in in_root(Path(root).resolve(), "recipe")})
-
-
-def cmd_validate(overrides: list[str], fmt: str, all_recipes: bool, roots: list[str]) -> int:
-    points = [[f"recipe={r}"] + overrides for r in _all_recipes(roots)] if all_recipes else [overrides]
-    if not points:  # a --root without recipes/ (a commit that touched only its clusters)
-        sys.stdout.write("[]\n" if fmt == "json" else f"no recipes in {', '.join(roots)}: nothing to validate\n")
-        return ExitCode.OK
-    worst, outputs = ExitCode.OK, []
-    for point in points:
-        code, text = _validate_one(point, fmt)
-        worst = max(worst, code)
-        outputs.append(text)
-    if fmt == "json" and all_recipes:
-        sys.stdout.write("[\n" + ",\n".join(outputs) + "\n]\n")
-    else:
-        sys.stdout.write("".join(o if o.endswith("\n") else o + "\n" for o in outputs))
-    return worst
-
-
-def _validate_one(point: list[str], fmt: str) -> tuple[int, str]:
-    label = " ".join(point) or "(defaults)"
-    try:
-        composed = compose(point)
-    except ConfigError as err:
-        text = findings_json(err.findings, None) if fmt == "json" else findings_text(err.findings, f"{label}: ")
-        return ExitCode.CONFIG, text
-    findings, plan = plan_and_check(composed)
-    plan_dict = plan.to_dict() if plan.mesh_ok else None
-    code = ExitCode.REFUSED if _has_error(findings) else ExitCode.OK
-    if fmt == "json":
-        return code, findings_json(findings, plan_dict)
-    return code, findings_text(findings, f"{label} [{composed.choices['recipe']} on {composed.choices['cluster']}]: ")
 
 
 def cmd_plan(composed: Composed, fmt: str, keep: list[str]) -> int:
@@ -69,7 +25,7 @@ def cmd_plan(composed: Composed, fmt: str, keep: list[str]) -> int:
         sys.stdout.write("# resolved config\n" + resolved_yaml(composed) + "\n")
         sys.stdout.write(plan_tables(plan) + "\n")
         sys.stdout.write(findings_text(findings, "validation: "))
-    if _has_error(findings):
+    if has_error(findings):
         return ExitCode.REFUSED
     lock = take_run_dir_lock(run_dir_of(composed))
     if lock is None:
@@ -82,7 +38,7 @@ def cmd_plan(composed: Composed, fmt: str, keep: list[str]) -> int:
 
 def cmd_run(composed: Composed) -> int:
     findings, plan = plan_and_check(composed)
-    if _has_error(findings):
+    if has_error(findings):
         sys.stderr.write(findings_text(findings, "refusing to start: "))
         return ExitCode.REFUSED
     if findings:
