@@ -81,4 +81,8 @@ class TrainShard:
     indexer_topk: list[np.ndarray] | None = None
     """The engine's indexer top-k of each sequence (Generation.indexer_topk): replayed by the
     trainer's DSA indexer with algorithm.indexer_replay, compared for indexer_agreement."""
+    loss_masks: list[list[bool]] | None = None
+    """Multi-turn episodes: per sequence and response token, True where the model produced it;
+    observation tokens (False) stay in the sequence and out of the loss (workers/batch.py
+    keep_model_tokens). None: every response token is trained."""
     stats: dict = field(default_factory=dict)

@@ -59,6 +59,8 @@ class _Data:
     tokenizer: object
     stream: object
     evaluator: object
+    episodes: object = None
+    """episodes.EpisodeRunner with data.environment.cls (the class imported), else None."""
 
 
 class Refused(Exception):
@@ -70,14 +72,18 @@ class Refused(Exception):
 def _before_ray(config) -> tuple[object, _Data]:
     """(the scorer, the data): everything the driver reads before it starts Ray."""
     from launcher.driver.loop.data import DataError, PromptStream
+    from launcher.driver.loop.episodes import EpisodeRunner
     from launcher.driver.loop.evaluate import make_evaluator
+    from launcher.rl.env_class import EnvError
     from launcher.rl.reward_fn import RewardFnError, make_scorer
 
     try:
         scorer, tokenizer = make_scorer(config.data), _tokenizer(config.model)
         stream = PromptStream(config.data, config.run.seed, tokenizer)
-        return scorer, _Data(tokenizer, stream, make_evaluator(config, tokenizer))
-    except (DataError, FileNotFoundError, RewardFnError) as err:
+        episodes = (EpisodeRunner(config.data, config.algorithm.max_response_len, tokenizer)
+                    if config.data.environment.cls else None)
+        return scorer, _Data(tokenizer, stream, make_evaluator(config, tokenizer), episodes)
+    except (DataError, FileNotFoundError, RewardFnError, EnvError) as err:
         raise Refused(str(err)) from err
     except KeyError as err:  # a named column is missing: the message is the KeyError's argument
         raise Refused(str(err.args[0]) if err.args else repr(err)) from err
@@ -127,7 +133,7 @@ def _build_runtime(composed, plan, run_dir: Path, trainers, engines, ckpt, resum
     rt = Runtime(config=config, plan=plan, run_dir=run_dir, trainers=trainers, engines=engines,
                  tokenizer=data.tokenizer, stream=data.stream, algorithm=make_algorithm(config.algorithm),
                  logger=logger, checkpointer=ckpt, state=state, last_checkpoint=resume_from,
-                 evaluator=data.evaluator, scorer=scorer, preemption=preemption)
+                 evaluator=data.evaluator, scorer=scorer, preemption=preemption, episodes=data.episodes)
     if config.run.rollout_checks.canary.prompts:
         from launcher.driver.loop.canary import Canary
 

@@ -1,7 +1,7 @@
 """Math with a Python tool: for GSM8K / DAPO-Math style rows whose ground truth is a number.
 
-    data.env.cls: "launcher.envs.code_math:CodeMathEnv"
-    data.env.config: {timeout_s: 10, memory_mb: 512, max_output_chars: 2000}   # the defaults
+    data.environment.cls: "launcher.envs.code_math:CodeMathEnv"
+    data.environment.config: {timeout_s: 10, memory_mb: 512, max_output_chars: 2000}   # the defaults
 
 Each model turn either calls the tool or answers:
 - A tool call, in GLM's own format as its chat template writes one (the first call named TOOL
@@ -20,7 +20,7 @@ Each model turn either calls the tool or answers:
   Reward 1.0 when equal else 0.0, metadata {"acc": equal}, done.
 
 get_metrics() counts the episode's tool calls, those that failed (any reason but a timeout) and
-those that timed out. The sandbox's limits come from data.env.config; an unknown key there is
+those that timed out. The sandbox's limits come from data.environment.config; an unknown key there is
 refused (ValueError) so that a misspelt limit is not silently the default.
 """
 import re
@@ -102,7 +102,7 @@ class CodeMathEnv:
         config = dict(env_config or {})
         unknown = sorted(set(config) - set(DEFAULT_CONFIG))
         if unknown:
-            raise ValueError(f"CodeMathEnv: unknown data.env.config keys {unknown} (it takes {sorted(DEFAULT_CONFIG)})")
+            raise ValueError(f"CodeMathEnv: unknown data.environment.config keys {unknown} (it takes {sorted(DEFAULT_CONFIG)})")
         config = {**DEFAULT_CONFIG, **config}
         self.timeout_s = float(config["timeout_s"])
         self.memory_mb = int(config["memory_mb"])
@@ -115,6 +115,16 @@ class CodeMathEnv:
         self.max_turns = int(extras.get("max_turns") or DEFAULT_MAX_TURNS)
         self.turns = 0
         self.tool_calls = self.tool_errors = self.tool_timeouts = 0
+
+    @staticmethod
+    def preflight(env_config: dict) -> None:
+        """Before Ray starts (driver/loop/episodes.py): the sandbox must run `print(1)` here, so a
+        machine where it cannot start refuses the run in seconds rather than failing every episode."""
+        config = {**DEFAULT_CONFIG, **dict(env_config or {})}
+        result = sandbox.run_python("print(1)", timeout_s=max(float(config["timeout_s"]), 5.0),
+                                    memory_mb=int(config["memory_mb"]))
+        if not result.ok or result.output.strip() != "1":
+            raise RuntimeError(f"the Python sandbox cannot run print(1) here ({result.reason}): {result.output[-300:]}")
 
     def init(self, prompt: list[dict]) -> tuple[list[dict], dict]:
         self.turns = 0

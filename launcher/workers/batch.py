@@ -63,6 +63,19 @@ def micro_batches(sequences: list[list[int]], prompt_lens: list[int], pad_id: in
     return out
 
 
+def keep_model_tokens(batch, shard) -> None:
+    """Multi-turn episodes: the environment's observation tokens leave `batch.mask_BT` (a
+    MicroBatch or megatron's PackedBatch), so the loss, its token normaliser, entropy, KL and
+    the off-policy weights count the model's own tokens only. Without loss masks, nothing."""
+    if shard.loss_masks is None:
+        return
+    keep_BT = torch.zeros(batch.mask_BT.shape, dtype=torch.bool)
+    for i, r in enumerate(batch.rows):
+        start = shard.prompt_lens[r] - 1
+        keep_BT[i, start: start + len(shard.loss_masks[r])] = torch.tensor(shard.loss_masks[r], dtype=torch.bool)
+    batch.mask_BT = batch.mask_BT & keep_BT.to(batch.mask_BT.device)
+
+
 def grid(values: list[list[float]], mb: MicroBatch, prompt_lens: list[int]) -> torch.Tensor:
     """Per-response-token values placed at their target columns (zeros elsewhere)."""
     out_BT = torch.zeros(mb.mask_BT.shape, dtype=torch.float32)

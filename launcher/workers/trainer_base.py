@@ -37,7 +37,7 @@ from launcher.rl.algorithm import make_algorithm
 from launcher.rl.tokenizer import make_tokenizer
 from launcher.weight_sync.export import StreamedExport
 from launcher.weight_sync.messages import WeightUpdate
-from launcher.workers.batch import ungrid
+from launcher.workers.batch import keep_model_tokens, ungrid
 from launcher.workers.gpu_free import check_gpu_free
 from launcher.workers.loss import micro_loss
 from launcher.workers.progress import Progress
@@ -139,6 +139,7 @@ class TrainerBase(StreamedExport):
         self._zero_grad()
         sums = {"loss": 0.0, "tokens": 0.0}
         for batch in self._micro_batches(shard):
+            keep_model_tokens(batch, shard)
             loss, stats = self._micro_loss(shard, batch)
             self._backward(loss)
             sums["loss"] += float(loss.detach())

@@ -1,8 +1,9 @@
 """`data:` section: prompts, reference answers and the reward that scores responses."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from launcher.config.schema.choices import BadRows, ChatTemplate
+from launcher.config.schema.env import EnvConfig
 
 
 @dataclass
@@ -76,3 +77,5 @@ class DataConfig:
     are on its path); validation checks the form and that the module file exists without
     importing it. A call that raises or takes over 5 s scores 0 and is counted in
     reward_errors. null = the task's own scorer."""
+    environment: EnvConfig = field(default_factory=EnvConfig)
+    """Multi-turn episodes with tools (data.environment.cls); off by default: one response per prompt."""

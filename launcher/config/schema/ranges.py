@@ -65,6 +65,10 @@ RANGES: dict[str, Range] = {
     "run.rollout_checks.canary.max_gap": POS_FLOAT,
     "run.rollout_checks.canary.relative_to_first": _zero("only max_gap"),
     "run.rollout_checks.stop_after_steps": Range(1, checked_by="CHECK001"),
+    "data.environment.max_turns": POS,
+    "data.environment.max_turn_tokens": POS,
+    "data.environment.step_timeout_s": POS_FLOAT,
+    "data.environment.workers": POS,
     **{f"run.rollout_checks.{metric}.{level}": Range(0) for metric in (
         "repeat_ngram_frac", "collapse_frac", "truncated_frac", "nonfinite_logprobs", "logprob_abs_diff_mean",
         "rollout_kl") for level in ("warn", "stop")},

@@ -38,6 +38,12 @@ class Group:
     """Per sample, the engine's MoE routes (Generation.routes: uint16 numpy arrays), or None."""
     indexer_topk: list | None = None
     """Per sample, the engine's DSA indexer pools (Generation.indexer_topk: uint16 numpy arrays), or None."""
+    loss_masks: list[list[bool]] | None = None
+    """Multi-turn episodes (data.environment): per sample and response token, True for the model's own tokens,
+    False for the environment's observations (kept in the sequence, out of the loss); None: all trained."""
+    episode_stats: dict | None = None
+    """Multi-turn episodes: the group's sums of turns, tool calls, tool errors and timeouts, model and
+    observation tokens (driver/loop/episodes.py), for the step's row."""
 
 
 def sampling_params(alg) -> SamplingParams:
@@ -64,20 +70,26 @@ def make_chunks(prompt_ids: list[list[int]], samples: int, groups_per_chunk: int
 def score_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: range, scorer, tokenizer,
                 algorithm) -> Group:
     """`scorer`: the run's reward_fn.RewardScorer (Runtime.scorer); a bare Task is wrapped."""
-    responses = [gen.tokens[r] for r in rows]
     scorer = as_scorer(scorer)
-    scored = [scorer.score(tokenizer.decode(tokens), problem) for tokens in responses]
-    task_rewards = [s.reward for s in scored]
+    scored = [scorer.score(tokenizer.decode(gen.tokens[r]), problem) for r in rows]
+    return make_group(problem, prompt_ids, gen, rows, [s.reward for s in scored], [s.correct for s in scored],
+                      algorithm, reward_errors=sum(s.error is not None for s in scored))
+
+
+def make_group(problem: Problem, prompt_ids: list[int], gen: Generation, rows: range, task_rewards: list[float],
+               correct: list[bool], algorithm, reward_errors: int = 0, loss_masks: list | None = None) -> Group:
+    """The Group of `gen`'s rows `rows`, scored `task_rewards` (shaped by the algorithm here)."""
+    responses = [gen.tokens[r] for r in rows]
     lengths_B = torch.tensor([len(t) for t in responses])
     shaped_B = algorithm.shape_rewards(torch.tensor(task_rewards, dtype=torch.float32), lengths_B)
     return Group(problem=problem, prompt_ids=prompt_ids, responses=responses,
                  logprobs=[gen.logprobs[r] for r in rows], token_versions=[gen.token_versions[r] for r in rows],
                  policy_version=min(min(gen.token_versions[r]) for r in rows),
-                 task_rewards=task_rewards, rewards=shaped_B.tolist(), correct=[s.correct for s in scored],
-                 reward_errors=sum(s.error is not None for s in scored),
+                 task_rewards=task_rewards, rewards=shaped_B.tolist(), correct=correct, reward_errors=reward_errors,
                  truncated=sum(not gen.finished[r] for r in rows),
                  routes=[gen.routes[r] for r in rows] if gen.routes is not None else None,
-                 indexer_topk=[gen.indexer_topk[r] for r in rows] if gen.indexer_topk is not None else None)
+                 indexer_topk=[gen.indexer_topk[r] for r in rows] if gen.indexer_topk is not None else None,
+                 loss_masks=loss_masks)
 
 
 def split_generation(members: list[int], gen: Generation, samples: int) -> list[tuple[int, range]]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # only for the annotations: importing them here would pull in
     from launcher.driver.actors.engine_group import EngineGroup
     from launcher.driver.actors.trainer_group import TrainerGroup
     from launcher.driver.loop.canary import Canary
+    from launcher.driver.loop.episodes import EpisodeRunner
     from launcher.driver.loop.evaluate import Evaluator, PendingEval
     from launcher.plan import Plan
     from launcher.rl.algorithm import Algorithm
@@ -61,6 +62,9 @@ class Runtime:
     """canary.py: the engine-vs-trainer check (launch.py builds it when run.rollout_checks.canary.prompts > 0)."""
     health: HealthWatch | None = None
     """rollout_health.py: run.rollout_checks' bounds; built from the config when not given."""
+    episodes: EpisodeRunner | None = None
+    """episodes.py: data.environment's environment class and step pool (launch.py builds it before Ray); None:
+    one response per prompt."""
 
     def __post_init__(self):
         if self.scorer is None:

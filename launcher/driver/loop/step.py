@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from launcher.driver.loop.rollout import Group, make_chunks, sampling_params, score_group, split_generation
+from launcher.contract.messages import GenerationRequest
+from launcher.driver.loop.episodes import EPISODE_STATS, EpisodeSet
+from launcher.driver.loop.rollout import Group, make_chunks, make_group, sampling_params, score_group, split_generation
 from launcher.driver.loop.runtime import Runtime
 from launcher.driver.loop.train import train_on_groups
 from launcher.driver.records.samples_log import write_samples
@@ -22,11 +24,14 @@ from launcher.rl.tasks import Problem
 class Chunk:
     """What the driver keeps of a chunk it sent: the problems and token ids it was cut
     from (a whole round's in the sync loop, the chunk's own in the async one) and which
-    of them (`members`) it holds, in the order of its generations."""
+    of them (`members`) it holds, in the order of its generations; with data.environment, its
+    episodes and the request they continue from (each turn goes back to the engines)."""
 
     problems: list[Problem]
     prompt_ids: list[list[int]]
     members: list[int]
+    episodes: EpisodeSet | None = None
+    request: GenerationRequest | None = None
 
 
 def send_prompts(rt: Runtime, n_prompts: int, groups_per_chunk: int, seed_of, first_chunk: int = 0) -> dict:
@@ -36,11 +41,17 @@ def send_prompts(rt: Runtime, n_prompts: int, groups_per_chunk: int, seed_of, fi
     problems = rt.stream.take(rt.state.data_position, n_prompts)
     rt.state.data_position += n_prompts
     prompt_ids = [rt.tokenizer.encode(p.prompt) for p in problems]
-    chunks = make_chunks(prompt_ids, rt.config.algorithm.samples_per_prompt, groups_per_chunk,
-                         sampling_params(rt.config.algorithm), seed_of,
+    samples = rt.config.algorithm.samples_per_prompt
+    chunks = make_chunks(prompt_ids, samples, groups_per_chunk, sampling_params(rt.config.algorithm), seed_of,
                          in_flight=rt.plan.loop.in_flight_updates)
-    return {rt.engines.submit(request, first_chunk + c): Chunk(problems, prompt_ids, members)
-            for c, (members, request) in enumerate(chunks)}
+    pending = {}
+    for c, (members, request) in enumerate(chunks):
+        chunk = Chunk(problems, prompt_ids, members, request=request)
+        if rt.episodes is not None:
+            chunk.episodes = rt.episodes.start(problems, prompt_ids, members, samples)
+            request = chunk.episodes.request(request.sampling, request.seed, request.in_flight)
+        pending[rt.engines.submit(request, first_chunk + c)] = chunk
+    return pending
 
 
 def collect_scored(rt: Runtime, pending: dict, timeout_s: float | None = None) -> list[tuple[int, Group]]:
@@ -50,10 +61,29 @@ def collect_scored(rt: Runtime, pending: dict, timeout_s: float | None = None) -
     samples, scored = rt.config.algorithm.samples_per_prompt, []
     for ref in rt.engines.wait_done(list(pending), timeout_s=timeout_s):
         chunk, gen = pending.pop(ref), rt.engines.result(ref)
+        if chunk.episodes is not None:
+            if not chunk.episodes.take_turn(gen):  # live episodes: their next turn, to the same engine pool
+                request = chunk.episodes.request(chunk.request.sampling, chunk.request.seed, chunk.request.in_flight)
+                pending[rt.engines.submit(request, chunk.members[0])] = chunk
+                continue
+            scored += episode_groups(chunk, samples, rt.algorithm)
+            continue
         for g, rows in split_generation(chunk.members, gen, samples):
             scored.append((g, score_group(chunk.problems[g], chunk.prompt_ids[g], gen, rows, rt.scorer,
                                           rt.tokenizer, rt.algorithm)))
     return scored
+
+
+def episode_groups(chunk: Chunk, samples: int, algorithm) -> list[tuple[int, Group]]:
+    """A chunk whose episodes all ended, as scored groups (the env's rewards, observation tokens masked)."""
+    gen, rewards, correct, masks, stats = chunk.episodes.generation()
+    out = []
+    for g, rows in split_generation(chunk.members, gen, samples):
+        group = make_group(chunk.problems[g], chunk.prompt_ids[g], gen, rows, [rewards[r] for r in rows],
+                           [correct[r] for r in rows], algorithm, loss_masks=[masks[r] for r in rows])
+        group.episode_stats = {k: sum(stats[r][k] for r in rows) for k in EPISODE_STATS}
+        out.append((g, group))
+    return out
 
 
 def keep_on_task_rewards(keep_group, group: Group) -> bool:
@@ -103,6 +133,7 @@ def generation_summary(groups_seen: list[Group], seconds: float) -> dict:
     counts = {"generated_tokens": sum(lengths), "groups_generated": len(groups_seen), "gen_s": seconds,
               "reward_errors": sum(g.reward_errors for g in groups_seen),
               "nonfinite_logprobs": degenerate.pop("nonfinite_logprobs")}
+    counts.update(episode_summary(groups_seen))
     if not rewards:
         return {**dict.fromkeys(SAMPLE_MEANS), **counts}
     n = len(rewards)
@@ -110,3 +141,19 @@ def generation_summary(groups_seen: list[Group], seconds: float) -> dict:
              "truncated_frac": sum(g.truncated for g in groups_seen) / n,
              "overlong_penalized_frac": sum(d < 0 for d in shaping) / n, "overlong_penalty_mean": sum(shaping) / n}
     return {**means, **degenerate, **counts}
+
+
+def episode_summary(groups_seen: list[Group]) -> dict:
+    """Multi-turn episodes' counts over the step's groups: turns per episode, tool calls with the
+    share that failed or timed out (an env step that raised or timed out counts as both a call and
+    a failure), model and observation tokens. Empty without data.environment."""
+    stats = [g.episode_stats for g in groups_seen if g.episode_stats is not None]
+    if not stats:
+        return {}
+    total = {k: sum(s[k] for s in stats) for k in EPISODE_STATS}
+    episodes = sum(len(g.responses) for g in groups_seen if g.episode_stats is not None)
+    calls = total["tool_calls"] + total["step_errors"] + total["step_timeouts"]
+    return {"turns_mean": total["turns"] / episodes, "tool_calls": calls,
+            "tool_error_frac": (total["tool_errors"] + total["step_errors"]) / calls if calls else None,
+            "tool_timeout_frac": (total["tool_timeouts"] + total["step_timeouts"]) / calls if calls else None,
+            "model_tokens": total["model_tokens"], "observation_tokens": total["observation_tokens"]}

@@ -17,8 +17,9 @@ SUMMED_STATS = ("clip_frac", "ppo_kl", "entropy", "kl_ref", "is_weight", "rollou
 MAX_SUFFIX = "_max"
 """A trainer statistic named `*_max` is a maximum (trainer_base.py): the step's is the max
 over ranks and mini-batches (logprob_abs_diff_max)."""
-CARRIED = ("routes", "indexer_topk")
-"""Group and TrainShard fields holding one engine array per sample (routing / indexer replay)."""
+CARRIED = ("routes", "indexer_topk", "loss_masks")
+"""Group and TrainShard fields holding one value per sample: the engine's arrays (routing /
+indexer replay), multi-turn episodes' loss masks."""
 
 
 def _flatten(groups: list[Group], algorithm, samples: int):
@@ -37,7 +38,8 @@ def _flatten(groups: list[Group], algorithm, samples: int):
 
 
 def _shards(rows: list[int], dp: int, seqs, prompt_lens, adv, rollout, old, carried) -> list[TrainShard]:
-    tokens = sum(len(seqs[r]) - prompt_lens[r] for r in rows)
+    masks = carried.get("loss_masks")
+    tokens = sum(sum(masks[r]) if masks else len(seqs[r]) - prompt_lens[r] for r in rows)
     shards = []
     for d in range(dp):
         mine = rows[d::dp]

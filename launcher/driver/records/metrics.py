@@ -58,6 +58,9 @@ def console_line(m: dict) -> str:
     if "staleness_max" in m:
         line += f" | stale {m['staleness_mean']:.1f}/{m['staleness_max']}"
     line += f" | rep {_fixed(m.get('repeat_ngram_frac'), '.2f')} collapse {_fixed(m.get('collapse_frac'), '.2f')}"
+    if m.get("turns_mean") is not None:  # multi-turn episodes (data.environment)
+        line += (f" | turns {m['turns_mean']:.1f} tools {m['tool_calls']} (err {_fixed(m.get('tool_error_frac'), '.2f')}"
+                 f" timeout {_fixed(m.get('tool_timeout_frac'), '.2f')}) obs {m['observation_tokens']}")
     if m.get("nonfinite_logprobs"):
         line += f" | NON-FINITE LOG-PROBS {m['nonfinite_logprobs']}"
     return line

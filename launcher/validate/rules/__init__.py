@@ -4,6 +4,7 @@ from launcher.validate.rules import (  # noqa: F401
     backends,
     data,
     data_preflight,
+    env,
     fp8,
     indexer_replay,
     inference,

@@ -14,29 +14,37 @@ from launcher.validate.registry import error, rule, warning
 from launcher.validate.rules.data import reward_fn_spec
 
 PROBE_TIMEOUT_S = 60.0
-_MARK = "DATA010-probe:"
+_MARK = "LAUNCHER-probe:"
 """Starts the child's answer line: the user's module may print on import too."""
-_PROBE = ("import json, sys\nfrom launcher.rl.reward_fn import RewardFnError, load_reward_fn\n"
-          "try:\n    load_reward_fn(sys.argv[1])\nexcept RewardFnError as err:\n"
-          f"    print('\\n{_MARK}' + json.dumps(str(err)))\n")
+
+
+def probe_code(module: str, loader: str, error_type: str) -> str:
+    """A child's program that runs `module.loader(sys.argv[1])` and prints its `error_type` after _MARK."""
+    return (f"import json, sys\nfrom {module} import {error_type}, {loader}\n"
+            f"try:\n    {loader}(sys.argv[1])\nexcept {error_type} as err:\n"
+            f"    print('\\n{_MARK}' + json.dumps(str(err)))\n")
+
+
+REWARD_PROBE = probe_code("launcher.rl.reward_fn", "load_reward_fn", "RewardFnError")
 
 
 @functools.lru_cache(maxsize=16)
-def _probe(spec: str, file: Path, mtime: float, cwd: str, pythonpath: str | None) -> tuple[str, str] | None:
-    """("error" | "warning", message) of loading `spec` in a child process, None when it
-    loads; cached per module file version and search path (sweeps check every point)."""
+def probe(code: str, key: str, spec: str, file: Path, mtime: float, cwd: str,
+          pythonpath: str | None) -> tuple[str, str] | None:
+    """("error" | "warning", message) of loading `spec` with `code` (probe_code) in a child process,
+    None when it loads; cached per module file version and search path (sweeps check every point)."""
     try:
-        done = subprocess.run([sys.executable, "-c", _PROBE, spec], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-c", code, spec], capture_output=True, text=True,
                               timeout=PROBE_TIMEOUT_S, cwd=cwd)
     except subprocess.TimeoutExpired:
-        return "warning", (f"data.reward_fn={spec!r}: importing {file} did not finish within {PROBE_TIMEOUT_S:.0f} s, "
+        return "warning", (f"{key}={spec!r}: importing {file} did not finish within {PROBE_TIMEOUT_S:.0f} s, "
                            "so it is not checked")
     answers = [line.removeprefix(_MARK) for line in done.stdout.splitlines() if line.startswith(_MARK)]
     if answers:
         return "error", json.loads(answers[-1])
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-        return "error", f"data.reward_fn={spec!r}: importing {file} ended the process ({last})"
+        return "error", f"{key}={spec!r}: importing {file} ended the process ({last})"
     return None
 
 
@@ -48,7 +56,8 @@ def reward_fn_loads(cfg, plan):
     if target is None or target.file is None:
         return  # no custom reward, or DATA003's finding
     spec, module, function, file = target
-    found = _probe(spec, file, file.stat().st_mtime, os.getcwd(), os.environ.get("PYTHONPATH"))
+    found = probe(REWARD_PROBE, "data.reward_fn", spec, file, file.stat().st_mtime, os.getcwd(),
+                  os.environ.get("PYTHONPATH"))
     if found is None:
         return
     severity, message = found

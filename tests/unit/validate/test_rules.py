@@ -160,6 +160,7 @@ BASES: dict[str, tuple[str, ...]] = {
                        "trainer.lora.rank=4", "trainer.lora.targets=[q_proj]"),
     # a custom reward with verl's signature
     "good_reward": ("recipe=tiny_grpo", "data.reward_fn=rules_reward_good:compute_score"),
+    "tiny_multiturn": ("recipe=tiny_multiturn",),
 }
 
 Value = str | Callable[[object], str]
@@ -291,6 +292,19 @@ CASES = [
       "cannot import module 'rules_reward_raises'", "JSONDecodeError"),
     C("DATA010", "good_reward", ["data.reward_fn=rules_reward_wrong:compute_score"], E, "data.reward_fn",
       "cannot be called with verl's keywords", "missing a required argument: 'response'"),
+    # --- multi-turn environments
+    C("ENV001", "tiny_multiturn", ["data.environment.cls=no_such_env_q7:Env"], E, "data.environment.cls",
+      "module 'no_such_env_q7' not found"),
+    C("ENV001", "tiny_multiturn", ["data.environment.cls=launcher.envs.lookup:value_of"], E, "data.environment.cls",
+      "has no class 'value_of'"),
+    C("ENV002", "tiny_multiturn", ["algorithm.partial_rollout.max_tokens_per_step=4"], E,
+      "algorithm.partial_rollout.max_tokens_per_step", "max_tokens_per_step=4"),
+    C("ENV002", "tiny_multiturn", ["run.eval_every_steps=10"], E, "run.eval_every_steps", "run.eval_every_steps=10"),
+    C("ENV003", "tiny_multiturn", ["data.environment.max_turn_tokens=9"], E, "data.environment.max_turn_tokens",
+      "max_turn_tokens=9 > algorithm.max_response_len=8"),
+    C("ENV003", "tiny_multiturn", ["data.environment.max_turns=9"], E, "data.environment.max_turns", "max_turns=9"),
+    C("ENV004", "tiny_multiturn", ["data.reward_fn=rules_reward_good:compute_score"], W, "data.reward_fn",
+      "rules_reward_good:compute_score"),
     # --- rollout checks
     C("CHECK001", "tiny_grpo", ["run.steps=3", "run.rollout_checks.stop_after_steps=5"], E,
       "run.rollout_checks.stop_after_steps", "stop_after_steps=5, run.steps=3"),

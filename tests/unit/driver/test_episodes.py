@@ -1,0 +1,107 @@
+"""Multi-turn episodes (driver/loop/episodes.py) without Ray: each turn's request, the tokens,
+log-probs, versions and loss masks of an episode exactly, the budget, an env step that hangs or
+raises, observation tokens under a chat template; and the trainer's batch mask (workers/batch.py)."""
+import time
+from types import SimpleNamespace
+
+import torch
+
+from launcher.config.schema.env import EnvConfig
+from launcher.contract.messages import Generation, SamplingParams, TrainShard
+from launcher.driver.loop.episodes import EpisodeRunner, observation_ids
+from launcher.envs.lookup import LookupEnv, value_of
+from launcher.rl.tasks import Problem
+from launcher.rl.tokenizer import CharTokenizer, TemplateTokenizer
+from launcher.workers.batch import keep_model_tokens, micro_batches
+
+TOK = CharTokenizer(64)
+SAMPLING = SamplingParams(max_tokens=8, temperature=1.0)
+
+
+def _runner(cls="launcher.envs.lookup:LookupEnv", budget=8, **env) -> EpisodeRunner:
+    cfg = EnvConfig(cls=cls, max_turns=2, max_turn_tokens=2, step_timeout_s=1.0, **env)
+    return EpisodeRunner(SimpleNamespace(environment=cfg), budget, TOK)
+
+
+def _turn(texts: list[str], version: int) -> Generation:
+    tokens = [TOK.encode(t) for t in texts]
+    return Generation(tokens=tokens, logprobs=[[-0.5] * len(t) for t in tokens], finished=[False] * len(tokens),
+                      policy_version=version, token_versions=[[version] * len(t) for t in tokens])
+
+
+def _start(runner, keys=("57", "90")):
+    problems = [Problem(prompt=f"c{k}=", answer=k) for k in keys]
+    return runner.start(problems, [TOK.encode(p.prompt) for p in problems], list(range(len(keys))), 1)
+
+
+def test_an_episode_is_model_turn_observation_model_turn_with_the_observation_out_of_the_loss():
+    episodes = _start(_runner())
+    first = episodes.request(SAMPLING, seed=7, in_flight=False)
+    assert first.prompts == [TOK.encode("c57="), TOK.encode("c90=")] and first.sampling.max_tokens == 2
+    assert not episodes.take_turn(_turn(["??", "ab"], version=3))
+    second = episodes.request(SAMPLING, seed=7, in_flight=False)
+    observation = TOK.encode(f"\n{value_of('57')}\n")
+    assert second.prompts[0] == TOK.encode("c57=") + TOK.encode("??") + observation
+    assert second.seed != first.seed and second.sampling.max_tokens == 2
+    assert episodes.take_turn(_turn([value_of("57"), "00"], version=4))
+    gen, rewards, correct, masks, stats = episodes.generation()
+    assert gen.tokens[0] == TOK.encode("??") + observation + TOK.encode(value_of("57"))
+    assert masks[0] == [True, True] + [False] * len(observation) + [True, True]
+    assert gen.logprobs[0] == [-0.5, -0.5] + [0.0] * len(observation) + [-0.5, -0.5]
+    assert gen.token_versions[0] == [3, 3] + [3] * len(observation) + [4, 4]
+    assert (rewards, correct) == ([1.0, 0.0], [True, False])
+    assert stats[0] == {"turns": 2, "tool_calls": 1, "tool_errors": 0, "tool_timeouts": 0, "step_errors": 0,
+                        "step_timeouts": 0, "model_tokens": 4, "observation_tokens": len(observation)}
+
+
+def test_an_observation_past_the_budget_ends_the_episode_as_truncated():
+    episodes = _start(_runner(budget=5), keys=("57",))
+    assert episodes.take_turn(_turn(["??"], version=0))  # 2 + 4 observation tokens > 5
+    gen, rewards, _, masks, _ = episodes.generation()
+    assert gen.tokens == [TOK.encode("??")] and masks == [[True, True]] and gen.finished == [False]
+    assert rewards == [0.0]
+
+
+class HangingEnv(LookupEnv):
+    def step(self, action):
+        time.sleep(30)
+
+
+class CrashingEnv(LookupEnv):
+    def step(self, action):
+        raise RuntimeError("the tool's server is down")
+
+
+def test_a_hanging_or_crashing_step_ends_its_episode_with_reward_0_and_is_counted(capsys):
+    for cls, counter in ((HangingEnv, "step_timeouts"), (CrashingEnv, "step_errors")):
+        runner = _runner(cls=f"{__name__}:{cls.__name__}")
+        episodes = _start(runner)
+        started = time.monotonic()
+        assert episodes.take_turn(_turn(["??", "??"], version=0))
+        assert time.monotonic() - started < 5  # within step_timeout_s (1 s), not the 30 s the step sleeps
+        _, rewards, correct, _, stats = episodes.generation()
+        assert rewards == [0.0, 0.0] and correct == [False, False] and [s[counter] for s in stats] == [1, 1]
+    err = capsys.readouterr().err
+    assert "timed out after 1 s (data.environment.step_timeout_s)" in err and "RuntimeError: the tool's server is down" in err
+
+
+def test_observations_follow_the_chat_template_after_a_model_turn():
+    tok = TemplateTokenizer("data/tiny_tokenizer")
+    ids = observation_ids(tok, [{"role": "tool", "content": "80"}])
+    assert tok.decode(ids) == tok.decode(tok.encode("<|observation|>\n80<|assistant|>\n"))
+    assert observation_ids(TOK, [{"role": "tool", "content": "80"}]) == TOK.encode("\n80\n")
+
+
+def test_the_trainer_batch_keeps_model_tokens_only():
+    seqs, prompt_lens = [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8]], [2, 2]
+    shard = TrainShard(sequences=seqs, prompt_lens=prompt_lens, advantages=[1.0, 1.0], tokens_in_mini_batch=4,
+                       seqs_in_mini_batch=2, loss_masks=[[True, False, False, True], [True, True]])
+    (batch,) = micro_batches(seqs, prompt_lens, pad_id=0, max_tokens=100)
+    keep_model_tokens(batch, shard)
+    assert batch.mask_BT.tolist() == [[False, True, False, False, True], [False, True, True, False, False]]
+    unmasked = TrainShard(sequences=seqs, prompt_lens=prompt_lens, advantages=[1.0, 1.0], tokens_in_mini_batch=6,
+                          seqs_in_mini_batch=2)
+    (plain,) = micro_batches(seqs, prompt_lens, pad_id=0, max_tokens=100)
+    before = plain.mask_BT.clone()
+    keep_model_tokens(plain, unmasked)
+    assert torch.equal(plain.mask_BT, before)
