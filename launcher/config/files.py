@@ -36,8 +36,10 @@ class _DuplicateKey(yaml.YAMLError):
         self.key, self.first_line, self.second_line = key, first_line, second_line
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping holding the same key twice (at any depth)."""
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """SafeLoader that refuses a mapping holding the same key twice (at any depth), on libyaml's
+    parser where PyYAML has it: every recipe, cluster and model file is parsed on every `validate`
+    (pre-commit), and the pure-Python parser is the slower one. Same constructor either way."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):

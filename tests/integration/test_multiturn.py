@@ -19,7 +19,7 @@ TOK = CharTokenizer(64)
 
 
 def _comparable(metrics: list[dict]) -> list[dict]:
-    return [{k: v for k, v in m.items() if not k.endswith("_s") and k != "tokens_per_s"} for m in metrics]
+    return [{k: v for k, v in m.items() if not k.endswith("_s") and k not in ("tokens_per_s", "steps")} for m in metrics]
 
 
 def test_episodes_train_model_tokens_and_a_resumed_run_repeats_the_uninterrupted_one(launch_run):
@@ -31,9 +31,10 @@ def test_episodes_train_model_tokens_and_a_resumed_run_repeats_the_uninterrupted
     assert all(r["observation_tokens"] == 32 * 4 for r in rows)  # "\n" + two digits + "\n" per episode
     for sample in map(json.loads, (whole.dir / "samples.jsonl").read_text().splitlines()):
         key = TOK.decode(sample["prompt_ids"])[1:3]
-        observation = TOK.encode(f"\n{value_of(key)}\n")
-        assert sample["tokens"][2:6] == observation and sample["logprobs"][2:6] == [0.0] * 4
-        assert all(lp < 0 for lp in sample["logprobs"][:2])
+        observed = [i for i, lp in enumerate(sample["logprobs"]) if lp == 0.0]  # the model's own are < 0
+        start = observed[0]
+        assert 1 <= start <= 2 and observed == list(range(start, start + 4))  # after a turn of 1 (EOS) or 2 tokens
+        assert sample["tokens"][start:start + 4] == TOK.encode(f"\n{value_of(key)}\n")
     first = launch_run("cut", [*RECIPE, "run.steps=2"])
     assert first.finish()[0] == 0
     resumed = launch_run("cut", [*RECIPE, "run.steps=4", "run.resume=auto", "logging.samples=true"])
@@ -68,7 +69,8 @@ def test_a_hanging_or_crashing_tool_costs_its_episode_and_the_run_goes_on(launch
     code, _, err = run.finish()
     assert code == 0, err[-3000:]
     rows = run.metrics()
-    assert len(rows) == 2 and all(0 < r["tool_error_frac"] < 1 and 0 < r["tool_timeout_frac"] < 1 for r in rows)
+    assert len(rows) == 2 and all(r["tool_error_frac"] + r["tool_timeout_frac"] < 1 for r in rows)  # some worked
+    assert any(r["tool_error_frac"] > 0 for r in rows) and any(r["tool_timeout_frac"] > 0 for r in rows)
     assert "timed out after 1 s (data.environment.step_timeout_s)" in err and "ConnectionError: lookup service unreachable" in err
 
 

@@ -219,6 +219,29 @@ def test_in_flight_updates_continue_the_same_requests_on_the_new_weights(tmp_pat
     check_spanning_sequences(samples, version_models(tmp_path, config), config.algorithm.temperature, tol=LOGP_TOL)
 
 
+EPISODES = ["data.environment.cls=launcher.envs.lookup:LookupEnv", "data.environment.max_turns=2",
+            "data.environment.max_turn_tokens=2", "algorithm.max_response_len=8", "logging.samples=true",
+            "run.steps=2"]
+
+
+def test_multi_turn_episodes_on_vllm_have_the_hf_engines_structure(tmp_path):
+    """data.environment with a vLLM engine, as tests/integration/test_multiturn.py runs it on the hf
+    one: every episode is two turns with the lookup's observation between them (4 tokens at
+    log-prob 0, out of the loss), and on the model's own tokens engine and trainer agree."""
+    from launcher.envs.lookup import value_of
+    from launcher.rl.tokenizer import CharTokenizer
+
+    rows = _launch(tmp_path, *EPISODES)
+    assert [r["turns_mean"] for r in rows] == [2.0, 2.0] and all(r["observation_tokens"] == 256 * 4 for r in rows)
+    assert rows[0]["logprob_abs_diff_max"] < LOGP_TOL  # observation positions would differ by whole nats
+    tok = CharTokenizer(64)
+    for sample in map(json.loads, (tmp_path / "samples.jsonl").read_text().splitlines()):
+        observed = [i for i, lp in enumerate(sample["logprobs"]) if lp == 0.0]
+        start, key = observed[0], tok.decode(sample["prompt_ids"])[1:3]
+        assert observed == list(range(start, start + 4))
+        assert sample["tokens"][start:start + 4] == tok.encode(f"\n{value_of(key)}\n")
+
+
 def test_adapter_sync_serves_the_trainers_lora(tmp_path, probes):
     steps = 3
     _launch(tmp_path, f"run.steps={steps}", "trainer.lora.rank=8", "trainer.lora.merge=false",

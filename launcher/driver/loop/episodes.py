@@ -30,7 +30,7 @@ from launcher.rl.env_class import KEY, EnvError, load_env_class
 from launcher.rl.tasks import Problem
 
 LOGGED_FAILURES = 5
-"""Env steps that raised or timed out whose reason is printed (the rest are only counted)."""
+"""Env steps of each kind (raised, timed out) whose reason is printed; the rest are only counted."""
 ENV_METRICS = ("tool_calls", "tool_errors", "tool_timeouts")
 """What an env's get_metrics() may report per episode (launcher/envs/code_math.py does): summed per step."""
 EPISODE_STATS = ("turns", *ENV_METRICS, "step_errors", "step_timeouts", "model_tokens", "observation_tokens")
@@ -100,7 +100,7 @@ class EpisodeRunner:
         self.cls = load_env_class(self.cfg.cls)
         self._check_before_ray()
         self.pool = StepPool(self.cfg.workers)
-        self.failures_logged = 0
+        self.failures_logged: dict[str, int] = {}
 
     def _check_before_ray(self) -> None:
         """One environment built from data.environment.config (a misspelt key fails here, not in the
@@ -132,10 +132,10 @@ class EpisodeRunner:
         cap = self.cfg.max_turn_tokens or self.budget
         return max(1, min(cap, *(self.budget - len(ep.tokens) for ep in live)))
 
-    def log_failure(self, what: str) -> None:
-        if self.failures_logged < LOGGED_FAILURES:
+    def log_failure(self, kind: str, what: str) -> None:
+        if self.failures_logged.get(kind, 0) < LOGGED_FAILURES:
             sys.stderr.write(f"env step {what}; the episode ends with reward 0 and the run goes on\n")
-        self.failures_logged += 1
+        self.failures_logged[kind] = self.failures_logged.get(kind, 0) + 1
 
 
 class EpisodeSet:
@@ -208,7 +208,7 @@ class EpisodeSet:
     def _fail(self, ep: Episode, counter: str, why: str) -> None:
         ep.stats[counter] += 1
         ep.reward, ep.correct, ep.done = 0.0, False, True
-        self.runner.log_failure(why)
+        self.runner.log_failure(counter, why)
 
     def _after_step(self, ep: Episode, out) -> None:
         metadata = out.get("metadata") or {}
