@@ -96,9 +96,10 @@ def test_the_trainer_batch_keeps_model_tokens_only():
     seqs, prompt_lens = [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8]], [2, 2]
     shard = TrainShard(sequences=seqs, prompt_lens=prompt_lens, advantages=[1.0, 1.0], tokens_in_mini_batch=4,
                        seqs_in_mini_batch=2, loss_masks=[[True, False, False, True], [True, True]])
+    expected = [[False, True, False, False, True], [False, True, True, False, False]]
     (batch,) = micro_batches(seqs, prompt_lens, pad_id=0, max_tokens=100)
     keep_model_tokens(batch, shard)
-    assert batch.mask_BT.tolist() == [[False, True, False, False, True], [False, True, True, False, False]]
+    assert batch.mask_BT.tolist() == expected
     unmasked = TrainShard(sequences=seqs, prompt_lens=prompt_lens, advantages=[1.0, 1.0], tokens_in_mini_batch=6,
                           seqs_in_mini_batch=2)
     (plain,) = micro_batches(seqs, prompt_lens, pad_id=0, max_tokens=100)
