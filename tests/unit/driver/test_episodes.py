@@ -106,3 +106,37 @@ def test_the_trainer_batch_keeps_model_tokens_only():
     before = plain.mask_BT.clone()
     keep_model_tokens(plain, unmasked)
     assert torch.equal(plain.mask_BT, before)
+
+
+class BytesTokenizer:
+    """Any text round-trips (the character tokenizer has no backticks or braces)."""
+
+    has_chat_template = False
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode()
+
+
+def test_the_code_tool_runs_in_the_sandbox_between_turns_and_the_answer_is_scored():
+    cfg = EnvConfig(cls="launcher.envs.code_math:CodeMathEnv", max_turns=3, step_timeout_s=30.0,
+                    config={"timeout_s": 10})
+    tok = BytesTokenizer()
+    runner = EpisodeRunner(SimpleNamespace(environment=cfg), 400, tok)
+    problem = Problem(prompt="What is 6 times 7?", answer="#### 42")
+    episodes = runner.start([problem], [tok.encode(problem.prompt)], [0], 1)
+
+    def turn(text: str) -> Generation:
+        ids = tok.encode(text)
+        return Generation(tokens=[ids], logprobs=[[-0.1] * len(ids)], finished=[True], policy_version=0,
+                          token_versions=[[0] * len(ids)])
+
+    assert not episodes.take_turn(turn("Let me compute.\n```python\nprint(6 * 7)\n```"))
+    history = tok.decode(episodes.request(SAMPLING, seed=1, in_flight=False).prompts[0])
+    assert history.endswith("<tool_response>\n42\n</tool_response>\n")  # the sandbox's output, as the next prompt
+    assert episodes.take_turn(turn("The answer is \\boxed{42}."))
+    _, rewards, correct, masks, stats = episodes.generation()
+    assert (rewards, correct) == ([1.0], [True]) and stats[0]["tool_calls"] == 1 and stats[0]["turns"] == 2
+    assert masks[0].count(False) == stats[0]["observation_tokens"] > 0
