@@ -4,6 +4,7 @@
 # files. Same environment as h200_session.sh (carry .whl/ and .pkgs/; installed once per machine).
 #   bash device/h200_detached.sh start WATCH_S "<command>"   (the command writes under $JOB)
 #   bash device/h200_detached.sh watch WATCH_S
+#   bash device/h200_detached.sh stop                        (end the job and its Ray processes)
 #   RETURN_CACHE=1 bash device/h200_detached.sh watch 0      (hand the Triton cache back too)
 # A call returns after WATCH_S seconds or when the job has ended, whichever is first.
 set -u
@@ -14,12 +15,25 @@ if [ ! -e /tmp/site/.installed ]; then
     if compgen -G ".tritonparts/triton.txz*" >/dev/null; then cat .tritonparts/triton.txz* | tar xJf - -C "$HOME"; fi
     touch /tmp/site/.installed
 fi
+# Wheels added to .whl after the first install (a warm machine keeps /tmp/site), unzipped rather
+# than pip-installed: pip --target skips a top-level folder that exists, and wheels that share one
+# (nvidia_cutlass_dsl/ of the CuTe DSL's base and CUDA wheels) would lose their files.
+for whl in .whl/*.whl; do
+    name=$(basename "$whl" | cut -d- -f1-2)
+    compgen -G "/tmp/site/${name}.dist-info" >/dev/null || python3 -m zipfile -e "$whl" /tmp/site
+done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JOB PATH=/tmp/site/bin:$PATH  # bin: py-spy
 # vLLM unpacked by device/h200_vllm.sh; its sampler would import flashinfer, which is not carried.
 [ -d /tmp/vsite ] && export PYTHONPATH=$PYTHONPATH:/tmp/vsite VLLM_USE_FLASHINFER_SAMPLER=0
+# CuTe DSL (vLLM 0.34's kernel warm-up imports `cutlass`): its wheel's .pth, which PYTHONPATH skips.
+[ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TRITON_CACHE_AUTOTUNING=1  # autotune winners on disk (the launcher sets it for its workers too)
+if [ "$1" = stop ]; then  # the job's process group, then the Ray processes it left
+    [ -e "$JOB/pid" ] && kill -- -"$(cat "$JOB/pid")" 2>/dev/null
+    pkill -f raylet; pkill -f gcs_server; pkill -f 'python -m launcher'; sleep 5; exit 0
+fi
 if [ "$1" = start ]; then
     rm -rf "$JOB" && mkdir -p "$JOB"
     setsid nohup bash -c "$3; echo \$? > $JOB/rc" >"$JOB/job.log" 2>&1 < /dev/null &

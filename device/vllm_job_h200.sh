@@ -74,7 +74,9 @@ for part in $parts; do
 import importlib, os, subprocess
 for name in ("vllm._C_stable_libtorch", "vllm._moe_C_stable_libtorch", "vllm._flashmla_C", "vllm._flashkda_C",
              "vllm._deepselect_C", "vllm.vllm_flash_attn._vllm_fa3_C", "vllm.cumem_allocator",
-             "vllm.third_party.deep_gemm", "tilelang", "vllm.models.glm5next.common.model"):
+             "vllm.third_party.deep_gemm", "tilelang", "vllm.models.glm5next.common.model",
+             # 0.34's kernel warm-up imports it on every CUDA engine (CuTe DSL: `cutlass`), GLM's too
+             "vllm.model_executor.warmup.minimax_m3_msa_warmup"):
     try:
         importlib.import_module(name)
         print("import ok  ", name)

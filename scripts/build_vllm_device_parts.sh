@@ -67,14 +67,19 @@ if [ -d "$work/site/vllm/models/glm5next" ]; then
     # GLM-5.3-Flash's mHC kernels (model_executor/layers/mhc.py) and TileLang's own dependencies.
     # z3-solver's range is tilelang 0.1.12's own Requires-Dist; vLLM lists none.
     extras+=(tilelang "z3-solver>=4.13.0,<4.15.5" torch-c-dlpack-ext ml-dtypes)
+    # Glm5Next imports glm4_1v, which imports vLLM's compressed-tensors quantization at module level
+    # (the probe's first failure on the H100, 2026-12-07); loguru is compressed-tensors' own need.
+    extras+=(compressed-tensors loguru)
 fi
 requirements=$("$PY" - "$work/site" "$VERSION" "${extras[@]}" <<'EOF'
-"""The extras, a harmony package the wheel does not list dropped; tilelang and apache-tvm-ffi as the
-vLLM wheel requires them (its Requires-Dist specifier; 0.26's kit that ran left them unpinned)."""
+"""The extras, a harmony package the wheel does not list dropped; tilelang, apache-tvm-ffi and
+compressed-tensors as the vLLM wheel requires them (its Requires-Dist specifier; 0.26's kit that
+ran left them unpinned)."""
 import glob, re, sys
 from packaging.requirements import Requirement
 site, version, extras = sys.argv[1], sys.argv[2], sys.argv[3:]
 norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+PINNED = ("tilelang", "apache-tvm-ffi", "compressed-tensors")  # as the wheel requires them
 metadata = open(glob.glob(f"{site}/vllm-*.dist-info/METADATA")[0]).read()
 required = {norm(r.name): r for r in (Requirement(line[len("Requires-Dist: "):])
             for line in metadata.splitlines() if line.startswith("Requires-Dist: ")) if not r.marker
@@ -83,7 +88,7 @@ for extra in extras:
     name = norm(Requirement(extra).name)
     if "harmony" in name and name not in required:
         continue
-    pinned = version != "0.26.0" and name in ("tilelang", "apache-tvm-ffi") and name in required
+    pinned = version != "0.26.0" and name in PINNED and name in required
     print(f"{extra}{required[name].specifier}" if pinned else extra)
 EOF
 )
