@@ -82,7 +82,7 @@ def _before_ray(config) -> tuple[object, _Data]:
         stream = PromptStream(config.data, config.run.seed, tokenizer)
         episodes = (EpisodeRunner(config.data, config.algorithm.max_response_len, tokenizer)
                     if config.data.environment.cls else None)
-        return scorer, _Data(tokenizer, stream, make_evaluator(config, tokenizer), episodes)
+        return scorer, _Data(tokenizer, stream, make_evaluator(config, tokenizer, episodes=episodes), episodes)
     except (DataError, FileNotFoundError, RewardFnError, EnvError) as err:
         raise Refused(str(err)) from err
     except KeyError as err:  # a named column is missing: the message is the KeyError's argument

@@ -2,7 +2,7 @@
 launcher/envs/lookup.py) on the embedded Ray: every trained sequence is model turn, tool
 observation, model turn, with the observation's log-probs 0 (out of the loss); a resumed run
 repeats the uninterrupted one's metrics; an env step that hangs or raises costs its episode and
-the run goes on; the async loop runs episodes too."""
+the run goes on; the async loop runs and evaluates episodes too."""
 import json
 
 import pytest
@@ -74,8 +74,14 @@ def test_a_hanging_or_crashing_tool_costs_its_episode_and_the_run_goes_on(launch
     assert "timed out after 1 s (data.environment.step_timeout_s)" in err and "ConnectionError: lookup service unreachable" in err
 
 
-def test_the_async_loop_runs_episodes(launch_run):
-    run = launch_run("async", ["recipe=tiny_dapo_async", *SMALL, "run.steps=3", *ENV])
+def test_the_async_loop_runs_and_evaluates_episodes(launch_run):
+    run = launch_run("async", ["recipe=tiny_dapo_async", *SMALL, "run.steps=3", *ENV, "run.eval_every_steps=2",
+                               "run.eval_problems=6", "run.eval_samples=2"])
     code, _, err = run.finish()
     assert code == 0, err[-3000:]
-    assert [r["turns_mean"] for r in run.metrics()] == [2.0] * 3
+    rows = run.metrics()
+    assert [r["turns_mean"] for r in rows if "turns_mean" in r] == [2.0] * 3
+    evals = [r for r in rows if "eval/n" in r]
+    # after steps 2 and 3 (the last), each on the version its step published: all turns on one version
+    assert [(r["step"], r["eval/policy_version"], r["eval/n"], r["eval/k"]) for r in evals] == [(2, 2, 6, 2), (3, 3, 6, 2)]
+    assert all(2 <= r["eval/response_len"] <= 4 and r["eval/reward_errors"] == 0 for r in evals)  # two turns

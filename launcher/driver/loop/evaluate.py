@@ -27,6 +27,14 @@ evaluation, `{"step": N, "eval/...": ...}`, after step N's training row, and to 
     eval/policy_version the weights' version (every response reports the same one)
     eval/time_s         from sending the requests to the last result
 
+With data.environment (multi-turn episodes, episodes.py) each response is an episode played with the
+run's environment, scored by the environment's reward and accuracy, not the task's scorer;
+eval/response_len counts the model's tokens, eval/reward_errors the env steps that raised or timed
+out. Every turn of every evaluation episode is played when the evaluation is sent, on the weights
+the engines hold then: a later turn sent at collection time could run behind the next update
+(the async loop's). The driver waits for them, so the evaluation's seconds are the trainer's idle
+seconds in the async loop.
+
 What is evaluated at step N: the policy after step N (version `state.policy_version`),
 once the engines hold it.
 - Sync loop: at the start of step N+1, when the engines are awake and before they generate
@@ -54,6 +62,7 @@ import time
 from dataclasses import dataclass
 
 from launcher.contract.messages import SamplingParams
+from launcher.driver.loop.episodes import EpisodeRunner, EpisodeSet
 from launcher.driver.loop.rollout import make_chunks, sampling_params, split_generation
 from launcher.driver.records.plot import EVAL_MARK
 from launcher.plan.loop import groups_per_chunk
@@ -123,9 +132,20 @@ class PendingEval:
     version: int
     started: float
     greedy: list
-    """(group indices, ObjectRef) per chunk of greedy requests, in chunk order."""
+    """(group indices, ObjectRef or _Played) per chunk of greedy requests, in chunk order."""
     sampled: list
     """The same for the k-sample requests."""
+
+
+@dataclass
+class _Played:
+    """A chunk of evaluation episodes (data.environment) and the request of its turn in flight."""
+
+    episodes: EpisodeSet
+    sampling: SamplingParams
+    seed: int
+    chunk: int
+    ref: object = None
 
 
 @dataclass
@@ -140,8 +160,8 @@ class _Scored:
 
 
 class Evaluator:
-    def __init__(self, config, problems: EvalSet):
-        self.set, self.samples = problems, config.run.eval_samples
+    def __init__(self, config, problems: EvalSet, episodes: EpisodeRunner | None = None):
+        self.set, self.samples, self.episodes = problems, config.run.eval_samples, episodes
         self.every, self.before_train, self.last_step = (config.run.eval_every_steps, config.run.eval_before_train,
                                                          config.run.steps)
         alg, inf = config.algorithm, config.inference
@@ -160,18 +180,45 @@ class Evaluator:
         per_chunk = groups_per_chunk(self.cap, samples, n, len(engines))
         chunks = make_chunks(self.set.prompt_ids, samples, per_chunk, sampling,
                              lambda c: (self.seed * 1_000_003 + SEED_BASE + first_chunk + c) % (2**63))
-        return [(members, engines.submit(request, first_chunk + c)) for c, (members, request) in enumerate(chunks)]
+        if self.episodes is None:
+            return [(members, engines.submit(request, first_chunk + c)) for c, (members, request) in enumerate(chunks)]
+        sent = []
+        for c, (members, request) in enumerate(chunks):
+            played = _Played(self.episodes.start(self.set.problems, self.set.prompt_ids, members, samples),
+                             request.sampling, request.seed, first_chunk + c)
+            sent.append((members, self._next_turn(engines, played)))
+        return sent
+
+    @staticmethod
+    def _next_turn(engines, played: _Played) -> _Played:
+        request = played.episodes.request(played.sampling, played.seed, in_flight=False)
+        played.ref = engines.submit(request, played.chunk)
+        return played
+
+    def _play_out(self, engines, chunks: list) -> None:
+        """Every turn of the episodes `chunks` started, until each has ended (see the module docstring)."""
+        live = [played for _, played in chunks]
+        while live:
+            for played in live:
+                if played.episodes.take_turn(engines.result(played.ref)):
+                    played.ref = None
+                else:
+                    self._next_turn(engines, played)
+            live = [played for played in live if played.ref is not None]
 
     def submit(self, engines, step: int, version: int) -> PendingEval:
-        """Send every request now (they queue behind whatever the engines already have)."""
+        """Send every request now (they queue behind whatever the engines already have); with an
+        environment, play every episode to its end now."""
         started = time.monotonic()
         greedy = self._send(engines, 1, self.greedy_sampling, 0)
         sampled = self._send(engines, self.samples, self.sampling, len(greedy)) if self.samples else []
+        if self.episodes is not None:
+            self._play_out(engines, greedy + sampled)
         return PendingEval(step, version, started, greedy, sampled)
 
     def collect(self, engines, pending: PendingEval, scorer, tokenizer) -> dict:
         """Wait for every response, score them; the evaluation row (step + eval/ keys)."""
-        scorer = as_scorer(scorer)
+        scorer = as_scorer(scorer) if self.episodes is None else None  # episodes: the environment scores
         greedy = self._score(engines, pending.greedy, 1, scorer, tokenizer)
         sampled = self._score(engines, pending.sampled, self.samples, scorer, tokenizer)
         versions = {s.version for s in greedy + sampled}
@@ -194,6 +241,9 @@ class Evaluator:
         """Each problem's scored responses, in problem order (chunks are read in the order sent)."""
         out: list[_Scored] = []
         for members, ref in chunks:
+            if isinstance(ref, _Played):
+                out += _score_episodes(members, ref.episodes, samples)
+                continue
             gen = engines.result(ref)
             for g, rows in split_generation(members, gen, samples):
                 scores = [scorer.score(tokenizer.decode(gen.tokens[r]), self.set.problems[g]) for r in rows]
@@ -206,9 +256,22 @@ class Evaluator:
         return self.collect(engines, self.submit(engines, step, version), scorer, tokenizer)
 
 
-def make_evaluator(config, tokenizer, force: bool = False, log=None) -> Evaluator | None:
+def _score_episodes(members: list[int], episodes: EpisodeSet, samples: int) -> list[_Scored]:
+    """A chunk's ended episodes as each problem's scored responses: the environment's rewards and
+    accuracy, the model's tokens, env steps that raised or timed out as errors."""
+    gen, rewards, correct, masks, stats = episodes.generation()
+    return [_Scored(rewards=[rewards[r] for r in rows], correct=[correct[r] for r in rows],
+                    mean_len=sum(sum(masks[r]) for r in rows) / samples,
+                    errors=sum(stats[r]["step_errors"] + stats[r]["step_timeouts"] for r in rows),
+                    version=gen.policy_version)
+            for _, rows in split_generation(members, gen, samples)]
+
+
+def make_evaluator(config, tokenizer, force: bool = False, log=None,
+                   episodes: EpisodeRunner | None = None) -> Evaluator | None:
     """The run's evaluator, or None when run.eval_every_steps is 0 and eval_before_train is off
-    (`force`: the eval command, whatever the run asked)."""
+    (`force`: the eval command, whatever the run asked); `episodes`: the run's EpisodeRunner with
+    data.environment."""
     if not (force or config.run.eval_every_steps > 0 or config.run.eval_before_train):
         return None
-    return Evaluator(config, eval_set(config, tokenizer, log))
+    return Evaluator(config, eval_set(config, tokenizer, log), episodes)

@@ -42,24 +42,16 @@ def env_class_loads(cfg, plan):
 
 
 @rule("ENV002")
-def env_with_what_cannot_carry_episodes(cfg, plan):
-    """Partial rollouts and held-out evaluation generate single responses: with data.environment they would
-    cut episodes or score them as one turn."""
-    if not _on(cfg):
+def env_with_partial_rollouts(cfg, plan):
+    """Partial rollouts carry unfinished single responses across steps: with data.environment they
+    would cut episodes."""
+    if not _on(cfg) or not cfg.algorithm.partial_rollout.max_tokens_per_step:
         return
-    if cfg.algorithm.partial_rollout.max_tokens_per_step:
-        yield error("algorithm.partial_rollout.max_tokens_per_step",
-                    f"algorithm.partial_rollout.max_tokens_per_step={cfg.algorithm.partial_rollout.max_tokens_per_step}"
-                    f" with {KEY}", "Partial rollouts carry unfinished single responses across steps; an episode's "
-                    "turns and observations are not carried.",
-                    "Set algorithm.partial_rollout.max_tokens_per_step=0 with data.environment, or drop data.environment.cls.")
-    if cfg.run.eval_every_steps or cfg.run.eval_before_train:
-        yield error("run.eval_every_steps", f"held-out evaluation (run.eval_every_steps={cfg.run.eval_every_steps}, "
-                    f"run.eval_before_train={cfg.run.eval_before_train}) with {KEY}",
-                    "Evaluation generates one response per problem and scores it with the task's scorer; an "
-                    "environment's multi-turn episodes would be scored as their first turn.",
-                    "Set run.eval_every_steps=0 and run.eval_before_train=false with data.environment; the step's reward and "
-                    "accuracy are the episodes'.")
+    yield error("algorithm.partial_rollout.max_tokens_per_step",
+                f"algorithm.partial_rollout.max_tokens_per_step={cfg.algorithm.partial_rollout.max_tokens_per_step}"
+                f" with {KEY}", "Partial rollouts carry unfinished single responses across steps; an episode's "
+                "turns and observations are not carried.",
+                "Set algorithm.partial_rollout.max_tokens_per_step=0 with data.environment, or drop data.environment.cls.")
 
 
 @rule("ENV003")

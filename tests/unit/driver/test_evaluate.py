@@ -211,3 +211,34 @@ def test_eval_command_line(cli, tmp_path):
     assert done.returncode == 2 and "eval takes CHECKPOINT_DIR" in done.stderr
     done = cli("eval", str(tmp_path))
     assert done.returncode == 2 and "not a complete training checkpoint" in done.stderr
+
+
+@pytest.mark.slow
+def test_episodes_are_evaluated_by_playing_them_with_the_environment():
+    """With data.environment the greedy response is a whole episode (turn, tool observation, turn),
+    scored by the environment; recomputed here by playing each problem's episode by hand."""
+    from launcher.contract.messages import GenerationRequest, SamplingParams
+    from launcher.driver.loop.episodes import EpisodeRunner, observation_ids
+    from launcher.envs.lookup import LookupEnv
+
+    cfg = compose_shipped(["recipe=tiny_multiturn", "run.eval_problems=8", "run.eval_samples=2"]).config
+    tokenizer = make_tokenizer(cfg.model)
+    trainer = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
+    group = [engine_class("hf")(ActorSpec.planned(cfg, i)) for i in range(2)]
+    sync_in_process(trainer, group, 0, with_base=True)
+    runner = EpisodeRunner(cfg.data, cfg.algorithm.max_response_len, tokenizer)
+    ev = evaluate.make_evaluator(cfg, tokenizer, force=True, episodes=runner)
+    row = ev.run(_LocalEngines(group), 4, 0, scorer=None, tokenizer=tokenizer)  # the env scores, not the task
+    assert _no_time(ev.run(_LocalEngines(group), 4, 0, None, tokenizer)) == _no_time(row)
+    assert (row["eval/n"], row["eval/k"], row["eval/policy_version"], row["eval/reward_errors"]) == (8, 2, 0, 0)
+    turn = SamplingParams(cfg.data.environment.max_turn_tokens, 0.0)
+    rewards, model_tokens = [], []
+    for problem, prompt in zip(ev.set.problems, ev.set.prompt_ids, strict=True):
+        env = LookupEnv({}, {"reward_spec": {"ground_truth": problem.answer}})
+        first = group[0].generate(GenerationRequest([prompt], 0, turn)).tokens[0]
+        observation = observation_ids(tokenizer, env.step(tokenizer.decode(first))["observations"])
+        second = group[0].generate(GenerationRequest([prompt + first + observation], 0, turn)).tokens[0]
+        rewards.append(env.step(tokenizer.decode(second))["reward"])
+        model_tokens.append(len(first) + len(second))
+    assert row["eval/greedy_reward"] == pytest.approx(sum(rewards) / len(rewards))
+    assert row["eval/response_len"] == pytest.approx(sum(model_tokens) / len(model_tokens))

@@ -299,7 +299,6 @@ CASES = [
       "has no class 'value_of'"),
     C("ENV002", "tiny_multiturn", ["algorithm.partial_rollout.max_tokens_per_step=4"], E,
       "algorithm.partial_rollout.max_tokens_per_step", "max_tokens_per_step=4"),
-    C("ENV002", "tiny_multiturn", ["run.eval_every_steps=10"], E, "run.eval_every_steps", "run.eval_every_steps=10"),
     C("ENV003", "tiny_multiturn", ["data.environment.max_turn_tokens=9"], E, "data.environment.max_turn_tokens",
       "max_turn_tokens=9 > algorithm.max_response_len=8"),
     C("ENV003", "tiny_multiturn", ["data.environment.max_turns=9"], E, "data.environment.max_turns", "max_turns=9"),
