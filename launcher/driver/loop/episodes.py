@@ -36,17 +36,44 @@ ENV_METRICS = ("tool_calls", "tool_errors", "tool_timeouts")
 EPISODE_STATS = ("turns", *ENV_METRICS, "step_errors", "step_timeouts", "model_tokens", "observation_tokens")
 
 
+TOOL_PROBE = "tool-output-q7"
+"""The content of the tool message the start-up check renders through the chat template."""
+
+
+def _template_continuation(tokenizer, messages: list[dict]) -> str | None:
+    """What the chat template adds after an assistant message for `messages` (their role tags, then
+    the assistant's opening for the next turn); None when the conversation so far renders
+    differently once they follow it."""
+    base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    before = tokenizer.chat_text(base[:1]) + "a"
+    after = tokenizer.chat_text([*base, *messages])
+    return after[len(before):] if after.startswith(before) else None
+
+
 def observation_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """The tokens of `messages` as they follow a model turn: with a chat template, what the template
-    adds after an assistant message (their role tags, then the assistant's opening for the next
-    turn); without one, their contents on lines of their own."""
-    if tokenizer.has_chat_template:
-        base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
-        before = tokenizer.chat_text(base[:1]) + "a"
-        after = tokenizer.chat_text([*base, *messages])
-        if after.startswith(before):
-            return tokenizer.encode(after[len(before):])
+    """The tokens of `messages` as they follow a model turn: with a chat template, the template's
+    continuation; without one, their contents on lines of their own."""
+    if tokenizer.has_chat_template and (text := _template_continuation(tokenizer, messages)) is not None:
+        return tokenizer.encode(text)
     return tokenizer.encode("".join(f"\n{m.get('content', '')}" for m in messages) + "\n")
+
+
+def tool_template_problem(tokenizer) -> str | None:
+    """Why the tokenizer's chat template cannot carry a tool observation, or None when it can (or
+    has no template: observations are plain lines then). A template without a tool role would
+    raise mid-run, drop the tool's output, or re-render the history so that the observation's tokens
+    do not continue the model's turn."""
+    if not tokenizer.has_chat_template:
+        return None
+    try:
+        text = _template_continuation(tokenizer, [{"role": "tool", "content": TOOL_PROBE}])
+    except Exception as err:  # noqa: BLE001 - jinja's and the template's own raise_exception errors alike
+        return f"rendering a tool message raised {type(err).__name__}: {err}"
+    if text is None:
+        return "the conversation renders differently once a tool message follows an assistant turn"
+    if TOOL_PROBE not in text:
+        return "the template drops a tool message's content"
+    return None
 
 
 class StepPool:
@@ -105,7 +132,12 @@ class EpisodeRunner:
     def _check_before_ray(self) -> None:
         """One environment built from data.environment.config (a misspelt key fails here, not in the
         first step), and the class's own preflight(env_config) when it has one (code_math.py: the
-        sandbox starts). EnvError naming the key otherwise."""
+        sandbox starts), after the chat template's tool role (tool_template_problem). EnvError naming
+        the key otherwise."""
+        if (problem := tool_template_problem(self.tokenizer)) is not None:
+            raise EnvError(f"{KEY}={self.cfg.cls!r}: the tokenizer's chat template cannot carry tool observations: "
+                           f"{problem}. Use a tokenizer whose template has a tool role (GLM's and Qwen's have one), "
+                           "or a model folder without a chat template (observations as plain lines).")
         extras = {"reward_spec": {"ground_truth": ""}, "extra_info": {}, "max_turns": self.cfg.max_turns}
         try:
             self.cls(dict(self.cfg.config), extras)

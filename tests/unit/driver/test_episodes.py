@@ -1,15 +1,20 @@
 """Multi-turn episodes (driver/loop/episodes.py) without Ray: each turn's request, the tokens,
 log-probs, versions and loss masks of an episode exactly, the budget, an env step that hangs or
-raises, observation tokens under a chat template; and the trainer's batch mask (workers/batch.py)."""
+raises, observation tokens under a chat template and the start-up check of its tool role; and the
+trainer's batch mask (workers/batch.py)."""
+import json
+import shutil
 import time
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from launcher.config.schema.env import EnvConfig
 from launcher.contract.messages import Generation, SamplingParams, TrainShard
-from launcher.driver.loop.episodes import EpisodeRunner, observation_ids
+from launcher.driver.loop.episodes import EpisodeRunner, observation_ids, tool_template_problem
 from launcher.envs.lookup import LookupEnv, value_of
+from launcher.rl.env_class import EnvError
 from launcher.rl.tasks import Problem
 from launcher.rl.tokenizer import CharTokenizer, TemplateTokenizer
 from launcher.workers.batch import keep_model_tokens, micro_batches
@@ -90,6 +95,36 @@ def test_observations_follow_the_chat_template_after_a_model_turn():
     ids = observation_ids(tok, [{"role": "tool", "content": "80"}])
     assert tok.decode(ids) == tok.decode(tok.encode("<|observation|>\n80<|assistant|>\n"))
     assert observation_ids(TOK, [{"role": "tool", "content": "80"}]) == TOK.encode("\n80\n")
+
+
+USER_ASSISTANT_ONLY = ("{% for m in messages %}{% if m.role == 'user' %}<|user|>\n{{ m.content }}"
+                       "{% elif m.role == 'assistant' %}<|assistant|>\n{{ m.content }}{% endif %}{% endfor %}"
+                       "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+STRICT_ROLES = ("{% for m in messages %}{% if m.role not in ['user', 'assistant'] %}"
+                "{{ raise_exception('Conversation roles must be user or assistant') }}{% endif %}"
+                "<|{{ m.role }}|>\n{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+
+
+def _with_template(tmp_path, template: str) -> TemplateTokenizer:
+    folder = tmp_path / f"template_{abs(hash(template))}"
+    if folder.exists():
+        return TemplateTokenizer(str(folder))
+    shutil.copytree("data/tiny_tokenizer", folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    return TemplateTokenizer(str(folder))
+
+
+def test_a_chat_template_without_a_tool_role_is_refused_before_ray(tmp_path):
+    assert tool_template_problem(TemplateTokenizer("data/tiny_tokenizer")) is None  # GLM's <|observation|>
+    assert tool_template_problem(TOK) is None  # no template: plain lines
+    assert tool_template_problem(_with_template(tmp_path, USER_ASSISTANT_ONLY)) == \
+        "the template drops a tool message's content"
+    assert "Conversation roles must be user or assistant" in tool_template_problem(_with_template(tmp_path, STRICT_ROLES))
+    cfg = EnvConfig(cls="launcher.envs.lookup:LookupEnv", max_turns=2, max_turn_tokens=2, step_timeout_s=1.0)
+    with pytest.raises(EnvError, match="data.environment.cls='launcher.envs.lookup:LookupEnv': the tokenizer's chat "
+                                       "template cannot carry tool observations: the template drops"):
+        EpisodeRunner(SimpleNamespace(environment=cfg), 8, _with_template(tmp_path, USER_ASSISTANT_ONLY))
 
 
 def test_the_trainer_batch_keeps_model_tokens_only():
