@@ -10,7 +10,10 @@ Kinds: "text", "number", "messages" (a list of {role, content}), "struct" (with 
 """
 import json
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
+
+from launcher.json_lines import json_lines
 
 SAMPLE_ROWS = 200
 """JSON-lines rows read to infer the columns' kinds."""
@@ -113,18 +116,8 @@ def _json_rows(file: Path) -> list[dict]:
         except json.JSONDecodeError:
             return []
         return [r for r in rows[:SAMPLE_ROWS] if isinstance(r, dict)]
-    rows = []
-    with open(file, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if len(rows) >= SAMPLE_ROWS:
-                break
-            try:
-                row = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:
-                continue  # a bad row: reported with its line when the run loads the file (data.bad_rows)
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
+    # a bad line is passed over here: the run's load reports it with its line (data.bad_rows)
+    return list(islice((line.row for line in json_lines(file) if line.row is not None), SAMPLE_ROWS))
 
 
 def json_columns(file: Path) -> dict[str, Column] | None:
