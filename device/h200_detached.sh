@@ -25,8 +25,9 @@ done
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JOB PATH=/tmp/site/bin:$PATH  # bin: py-spy
 # vLLM unpacked by device/h200_vllm.sh; its sampler would import flashinfer, which is not carried.
 [ -d /tmp/vsite ] && export PYTHONPATH=$PYTHONPATH:/tmp/vsite VLLM_USE_FLASHINFER_SAMPLER=0
-# CuTe DSL (vLLM 0.34's kernel warm-up imports `cutlass`): its wheel's .pth, which PYTHONPATH skips.
-[ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages
+# The CuTe DSL in the vLLM kit (0.34's kernel warm-up imports `cutlass`): what its main wheel's .pth
+# would add to the path, which PYTHONPATH folders do not process.
+[ -d /tmp/vsite/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=$PYTHONPATH:/tmp/vsite/nvidia_cutlass_dsl/dsl_packages
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TRITON_CACHE_AUTOTUNING=1  # autotune winners on disk (the launcher sets it for its workers too)

@@ -70,22 +70,33 @@ if [ -d "$work/site/vllm/models/glm5next" ]; then
     # Glm5Next imports glm4_1v, which imports vLLM's compressed-tensors quantization at module level
     # (the probe's first failure on the H100, 2026-12-07); loguru is compressed-tensors' own need.
     extras+=(compressed-tensors loguru)
+    # 0.34's kernel warm-up imports MiniMax-M3's MSA kernels on every CUDA engine (the second failure
+    # there): the CuTe DSL (`cutlass`), whose Python frontend is the libs-core wheel, its MLIR
+    # libraries libs-base and the CUDA 13 runtime libs-cu13 (one pip call: they share a folder), and
+    # quack-kernels. The main nvidia-cutlass-dsl wheel is only a .pth, which PYTHONPATH ignores:
+    # device/h200_detached.sh puts nvidia_cutlass_dsl/dsl_packages on the path instead.
+    extras+=(nvidia-cutlass-dsl-libs-core nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-cu13 quack-kernels)
 fi
 requirements=$("$PY" - "$work/site" "$VERSION" "${extras[@]}" <<'EOF'
-"""The extras, a harmony package the wheel does not list dropped; tilelang, apache-tvm-ffi and
-compressed-tensors as the vLLM wheel requires them (its Requires-Dist specifier; 0.26's kit that
-ran left them unpinned)."""
+"""The extras, a harmony package or CuTe DSL wheel the vLLM wheel does not ask for dropped; the PINNED
+ones as the vLLM wheel requires them (its Requires-Dist specifier; 0.26's kit that ran left them
+unpinned), the CuTe DSL's wheels at the nvidia-cutlass-dsl version it requires."""
 import glob, re, sys
 from packaging.requirements import Requirement
 site, version, extras = sys.argv[1], sys.argv[2], sys.argv[3:]
 norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
-PINNED = ("tilelang", "apache-tvm-ffi", "compressed-tensors")  # as the wheel requires them
+PINNED = ("tilelang", "apache-tvm-ffi", "compressed-tensors", "quack-kernels")
+VIA = "nvidia-cutlass-dsl"  # the CuTe DSL wheels take its version
 metadata = open(glob.glob(f"{site}/vllm-*.dist-info/METADATA")[0]).read()
 required = {norm(r.name): r for r in (Requirement(line[len("Requires-Dist: "):])
             for line in metadata.splitlines() if line.startswith("Requires-Dist: ")) if not r.marker
             or r.marker.evaluate({"extra": "", "platform_machine": "x86_64"})}
 for extra in extras:
     name = norm(Requirement(extra).name)
+    if name.startswith(VIA):
+        if VIA in required:
+            print(f"{extra}{required[VIA].specifier}")
+        continue
     if "harmony" in name and name not in required:
         continue
     pinned = version != "0.26.0" and name in PINNED and name in required
