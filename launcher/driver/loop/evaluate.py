@@ -176,6 +176,8 @@ class Evaluator:
         return self.every > 0 and (step % self.every == 0 or step == self.last_step)
 
     def _send(self, engines, samples: int, sampling: SamplingParams, first_chunk: int) -> list:
+        """(group indices, ObjectRef) per chunk sent; with an environment (group indices, _Played),
+        the episodes' first turn sent."""
         n = len(self.set.prompt_ids)
         per_chunk = groups_per_chunk(self.cap, samples, n, len(engines))
         chunks = make_chunks(self.set.prompt_ids, samples, per_chunk, sampling,
