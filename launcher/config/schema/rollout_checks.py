@@ -37,7 +37,8 @@ class RolloutChecksConfig:
     canary: CanaryConfig = field(default_factory=CanaryConfig)
     """The engine-vs-trainer canary: the run stops (exit 3) before training on a rollout whose engine fails it."""
     stop_after_steps: int = 2
-    """Steps in a row past a `stop` bound that stop the run, >= 1 and <= run.steps."""
+    """Steps in a row past a `stop` bound that stop the run, >= 1 and <= run.steps (the default 2 also in a
+    one-step run, where it never stops it)."""
     repeat_ngram_frac: Bound = field(default_factory=lambda: Bound(warn=0.3, stop=0.8))
     """Share of the step's response 4-grams seen earlier in the same response (loops)."""
     collapse_frac: Bound = field(default_factory=lambda: Bound(warn=0.05, stop=0.5))

@@ -697,6 +697,10 @@ def test_kda_grid_limit_per_inference_tp(point, tp, limit):
     assert f"max_num_seqs={limit + 1}" in finding.message and f"<= {limit}" in finding.fix
 
 
+def test_a_one_step_smoke_run_is_not_refused_for_the_default_stop_window(point):
+    assert point("recipe=tiny_grpo", "run.steps=1").of("CHECK001") == []
+
+
 def test_nccl_timeout_below_recommendation_warns(point):
     """RUN001 warns between the estimated longest wait and the recommended (2x) timeout."""
     t = point("recipe=dapo_sync").plan.timing
