@@ -16,6 +16,11 @@ def test_grpo_colocated_learns_and_tears_down(launch_run):
     assert [m["step"] for m in metrics] == list(range(1, 61))
     assert metrics[0]["reward"] < 0.1  # near chance (1/64 per character)
     assert improvement(metrics) > 0.2, [round(m["reward"], 3) for m in metrics]
+    # the rollout checks (canary after every wake, degeneration signs) log on a healthy run and trip nothing
+    # (repeat_ngram_frac needs responses of 4+ tokens: test_rollout_checks.py's runs have them)
+    assert "warning:" not in out
+    for m in metrics:
+        assert m["canary_gap_mean"] < 1e-4 and m["collapse_frac"] < 0.5 and m["nonfinite_logprobs"] == 0
     actors = json.loads((run.dir / "actors.json").read_text())
     trainers = sorted((a["node"], a["gpu"]) for a in actors if a["role"] == "trainer")
     engines = sorted((a["node"], a["gpu"]) for a in actors if a["role"] == "engine")
@@ -39,6 +44,11 @@ def test_grpo_with_the_megatron_trainer_learns(launch_run):
     metrics = run.metrics()
     assert len(metrics) == 40
     assert improvement(metrics) > 0.2, [round(m["reward"], 3) for m in metrics]
+    # the rollout checks (canary after every wake, degeneration signs) log on a healthy run and trip nothing
+    # (repeat_ngram_frac needs responses of 4+ tokens: test_rollout_checks.py's runs have them)
+    assert "warning:" not in out
+    for m in metrics:
+        assert m["canary_gap_mean"] < 1e-4 and m["collapse_frac"] < 0.5 and m["nonfinite_logprobs"] == 0
     actors = json.loads((run.dir / "actors.json").read_text())
     assert sorted(a["role"] for a in actors) == ["engine", "engine", "trainer", "trainer"]
     assert run.leftover_daemons() == []

@@ -9,7 +9,8 @@ PYTHONPATH that patches the engine in the Ray worker processes only.
   step it would have trained on has no row.
 - An engine forced to sample one id trips the collapse bound (canary off) after
   stop_after_steps steps, before training on the last of them.
-- A healthy run never trips anything and logs the canary's gap and the degeneration signs.
+- A healthy run never trips anything and logs the canary's gap and the degeneration signs: checked
+  on test_learning.py's 60-step colocated run.
 """
 import json
 import os
@@ -108,14 +109,3 @@ def test_an_engine_stuck_on_one_id_trips_the_collapse_bound(tmp_path, faults):
     assert "warning: step 1: collapse_frac" in out
     assert _steps(run) == [1]  # step 2's samples were not trained on
     assert run.dir.joinpath("checkpoints").exists() and _latest_checkpoint(run) == (1, None)
-
-
-def test_a_healthy_run_logs_the_checks_and_trips_none(tmp_path):
-    run = Run(tmp_path, "healthy", LONG)
-    code, out, err = run.finish(600)
-    assert code == 0, err[-3000:]
-    rows = [row for row in run.metrics() if "reward" in row]
-    assert [row["step"] for row in rows] == [1, 2, 3, 4, 5] and "warning:" not in out
-    for row in rows:
-        assert row["canary_gap_mean"] < 1e-4 and row["collapse_frac"] < 0.5 and row["nonfinite_logprobs"] == 0
-        assert row["repeat_ngram_frac"] is not None
