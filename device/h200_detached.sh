@@ -9,6 +9,10 @@
 # A call returns after WATCH_S seconds or when the job has ended, whichever is first.
 set -u
 JOB=/tmp/detached
+if [ "$1" = stop ]; then  # the job's process group, then the Ray processes it left
+    [ -e "$JOB/pid" ] && kill -- -"$(cat "$JOB/pid")" 2>/dev/null
+    pkill -f raylet; pkill -f gcs_server; pkill -f 'python -m launcher'; sleep 5; exit 0
+fi
 if [ ! -e /tmp/site/.installed ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
     for pkg in .pkgs/*.txz; do [ -e "$pkg" ] && { tar xJf "$pkg" -C /tmp/site || exit 1; }; done
@@ -19,6 +23,7 @@ fi
 # than pip-installed: pip --target skips a top-level folder that exists, and wheels that share one
 # (nvidia_cutlass_dsl/ of the CuTe DSL's base and CUDA wheels) would lose their files.
 for whl in .whl/*.whl; do
+    [ -e "$whl" ] || continue  # a call that carries no .whl
     name=$(basename "$whl" | cut -d- -f1-2)
     compgen -G "/tmp/site/${name}.dist-info" >/dev/null || python3 -m zipfile -e "$whl" /tmp/site
 done
@@ -31,10 +36,6 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 JOB PATH=/tmp/site/bin:$PATH
 export TORCHINDUCTOR_CACHE_DIR=$HOME/.triton/inductor
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TRITON_CACHE_AUTOTUNING=1  # autotune winners on disk (the launcher sets it for its workers too)
-if [ "$1" = stop ]; then  # the job's process group, then the Ray processes it left
-    [ -e "$JOB/pid" ] && kill -- -"$(cat "$JOB/pid")" 2>/dev/null
-    pkill -f raylet; pkill -f gcs_server; pkill -f 'python -m launcher'; sleep 5; exit 0
-fi
 if [ "$1" = start ]; then
     rm -rf "$JOB" && mkdir -p "$JOB"
     setsid nohup bash -c "$3; echo \$? > $JOB/rc" >"$JOB/job.log" 2>&1 < /dev/null &
