@@ -25,6 +25,7 @@ def evaluate_checkpoint(checkpoint: Path, extra: list[str]) -> CheckpointEval | 
     from launcher.driver.loop.episodes import EpisodeRunner
     from launcher.driver.loop.evaluate import make_evaluator
     from launcher.driver.records.checkpoint import load_driver_state
+    from launcher.rl.prompts import prompts_templated
     from launcher.rl.reward_fn import make_scorer
     from launcher.rl.tokenizer import make_tokenizer
 
@@ -35,7 +36,7 @@ def evaluate_checkpoint(checkpoint: Path, extra: list[str]) -> CheckpointEval | 
     cfg = composed.config
     state = load_driver_state(checkpoint)
     tokenizer = make_tokenizer(cfg.model)
-    episodes = (EpisodeRunner(cfg.data, cfg.algorithm.max_response_len, tokenizer)
+    episodes = (EpisodeRunner(cfg.data, cfg.algorithm.max_response_len, tokenizer, prompts_templated(cfg.data, tokenizer))
                 if cfg.data.environment.cls else None)
     evaluator = make_evaluator(cfg, tokenizer, force=True, log=sys.stderr, episodes=episodes)
     scorer = make_scorer(cfg.data)

@@ -76,6 +76,13 @@ def as_messages(prompt) -> list[dict]:
     return messages
 
 
+def prompts_templated(data_cfg, tokenizer) -> bool:
+    """Whether the run's prompts go through the chat template, as PromptStream formats them: a
+    file's rows with data.chat_template=auto on a tokenizer that has one; a synthetic task's never.
+    Multi-turn observations follow them (driver/loop/episodes.py)."""
+    return PromptFormatter(data_cfg, tokenizer, generated=data_cfg.train_path is None).templated
+
+
 class PromptFormatter:
     """Formats one dataset's prompts (a pure function of the config and the tokenizer;
     picklable, so datasets.map can run it in worker processes)."""

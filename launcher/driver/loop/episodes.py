@@ -50,20 +50,21 @@ def _template_continuation(tokenizer, messages: list[dict]) -> str | None:
     return after[len(before):] if after.startswith(before) else None
 
 
-def observation_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """The tokens of `messages` as they follow a model turn: with a chat template, the template's
-    continuation; without one, their contents on lines of their own."""
-    if tokenizer.has_chat_template and (text := _template_continuation(tokenizer, messages)) is not None:
+def observation_ids(tokenizer, messages: list[dict], templated: bool) -> list[int]:
+    """The tokens of `messages` as they follow a model turn: in a templated run (its prompts rendered
+    with the chat template: rl/prompts.py prompts_templated), the template's continuation; else their
+    contents on lines of their own, as raw prompts are raw text."""
+    if templated and (text := _template_continuation(tokenizer, messages)) is not None:
         return tokenizer.encode(text)
     return tokenizer.encode("".join(f"\n{m.get('content', '')}" for m in messages) + "\n")
 
 
-def tool_template_problem(tokenizer) -> str | None:
-    """Why the tokenizer's chat template cannot carry a tool observation, or None when it can (or
-    has no template: observations are plain lines then). A template without a tool role would
+def tool_template_problem(tokenizer, templated: bool) -> str | None:
+    """Why the tokenizer's chat template cannot carry a tool observation, or None when it can (or the
+    run is not templated: observations are plain lines then). A template without a tool role would
     raise mid-run, drop the tool's output, or re-render the history so that the observation's tokens
     do not continue the model's turn."""
-    if not tokenizer.has_chat_template:
+    if not templated:
         return None
     try:
         text = _template_continuation(tokenizer, [{"role": "tool", "content": TOOL_PROBE}])
@@ -122,8 +123,10 @@ class Episode:
 class EpisodeRunner:
     """The run's environment class and the pool its steps run on (built before Ray starts)."""
 
-    def __init__(self, data_cfg, max_response_len: int, tokenizer):
-        self.cfg, self.budget, self.tokenizer = data_cfg.environment, max_response_len, tokenizer
+    def __init__(self, data_cfg, max_response_len: int, tokenizer, templated: bool):
+        """`templated`: the run's prompts go through the chat template (rl/prompts.py prompts_templated),
+        and so do observations."""
+        self.cfg, self.budget, self.tokenizer, self.templated = data_cfg.environment, max_response_len, tokenizer, templated
         self.cls = load_env_class(self.cfg.cls)
         self._check_before_ray()
         self.pool = StepPool(self.cfg.workers)
@@ -134,10 +137,10 @@ class EpisodeRunner:
         first step), and the class's own preflight(env_config) when it has one (code_math.py: the
         sandbox starts), after the chat template's tool role (tool_template_problem). EnvError naming
         the key otherwise."""
-        if (problem := tool_template_problem(self.tokenizer)) is not None:
+        if (problem := tool_template_problem(self.tokenizer, self.templated)) is not None:
             raise EnvError(f"{KEY}={self.cfg.cls!r}: the tokenizer's chat template cannot carry tool observations: "
                            f"{problem}. Use a tokenizer whose template has a tool role (GLM's and Qwen's have one), "
-                           "or a model folder without a chat template (observations as plain lines).")
+                           "or data.chat_template=none (prompts and observations as plain text).")
         extras = {"reward_spec": {"ground_truth": ""}, "extra_info": {}, "max_turns": self.cfg.max_turns}
         try:
             self.cls(dict(self.cfg.config), extras)
@@ -250,7 +253,7 @@ class EpisodeSet:
         if out.get("done") or ep.turns >= self.runner.cfg.max_turns:
             ep.done = True
             return
-        obs = observation_ids(self.runner.tokenizer, list(out.get("observations") or []))
+        obs = observation_ids(self.runner.tokenizer, list(out.get("observations") or []), self.runner.templated)
         if len(ep.tokens) + len(obs) >= self.runner.budget:
             ep.done = ep.cut = True
             return

@@ -25,7 +25,7 @@ SAMPLING = SamplingParams(max_tokens=8, temperature=1.0)
 
 def _runner(cls="launcher.envs.lookup:LookupEnv", budget=8, **env) -> EpisodeRunner:
     cfg = EnvConfig(cls=cls, max_turns=2, max_turn_tokens=2, step_timeout_s=1.0, **env)
-    return EpisodeRunner(SimpleNamespace(environment=cfg), budget, TOK)
+    return EpisodeRunner(SimpleNamespace(environment=cfg), budget, TOK, templated=False)
 
 
 def _turn(texts: list[str], version: int) -> Generation:
@@ -92,9 +92,12 @@ def test_a_hanging_or_crashing_step_ends_its_episode_with_reward_0_and_is_counte
 
 def test_observations_follow_the_chat_template_after_a_model_turn():
     tok = TemplateTokenizer("data/tiny_tokenizer")
-    ids = observation_ids(tok, [{"role": "tool", "content": "80"}])
+    ids = observation_ids(tok, [{"role": "tool", "content": "80"}], templated=True)
     assert tok.decode(ids) == tok.decode(tok.encode("<|observation|>\n80<|assistant|>\n"))
-    assert observation_ids(TOK, [{"role": "tool", "content": "80"}]) == TOK.encode("\n80\n")
+    assert observation_ids(TOK, [{"role": "tool", "content": "80"}], templated=False) == TOK.encode("\n80\n")
+    # raw prompts (data.chat_template=none, a synthetic task): raw observations, template or not
+    assert tok.decode(observation_ids(tok, [{"role": "tool", "content": "80"}], templated=False)) == \
+        tok.decode(tok.encode("\n80\n"))
 
 
 USER_ASSISTANT_ONLY = ("{% for m in messages %}{% if m.role == 'user' %}<|user|>\n{{ m.content }}"
@@ -116,15 +119,16 @@ def _with_template(tmp_path, template: str) -> TemplateTokenizer:
 
 
 def test_a_chat_template_without_a_tool_role_is_refused_before_ray(tmp_path):
-    assert tool_template_problem(TemplateTokenizer("data/tiny_tokenizer")) is None  # GLM's <|observation|>
-    assert tool_template_problem(TOK) is None  # no template: plain lines
-    assert tool_template_problem(_with_template(tmp_path, USER_ASSISTANT_ONLY)) == \
-        "the template drops a tool message's content"
-    assert "Conversation roles must be user or assistant" in tool_template_problem(_with_template(tmp_path, STRICT_ROLES))
+    assert tool_template_problem(TemplateTokenizer("data/tiny_tokenizer"), True) is None  # GLM's <|observation|>
+    no_tool_role = _with_template(tmp_path, USER_ASSISTANT_ONLY)
+    assert tool_template_problem(no_tool_role, False) is None  # raw prompts: plain observation lines
+    assert tool_template_problem(no_tool_role, True) == "the template drops a tool message's content"
+    assert "Conversation roles must be user or assistant" in tool_template_problem(_with_template(tmp_path, STRICT_ROLES),
+                                                                                   True)
     cfg = EnvConfig(cls="launcher.envs.lookup:LookupEnv", max_turns=2, max_turn_tokens=2, step_timeout_s=1.0)
     with pytest.raises(EnvError, match="data.environment.cls='launcher.envs.lookup:LookupEnv': the tokenizer's chat "
                                        "template cannot carry tool observations: the template drops"):
-        EpisodeRunner(SimpleNamespace(environment=cfg), 8, _with_template(tmp_path, USER_ASSISTANT_ONLY))
+        EpisodeRunner(SimpleNamespace(environment=cfg), 8, _with_template(tmp_path, USER_ASSISTANT_ONLY), templated=True)
 
 
 def test_the_trainer_batch_keeps_model_tokens_only():
@@ -159,7 +163,7 @@ def test_the_code_tool_runs_in_the_sandbox_between_turns_and_the_answer_is_score
     cfg = EnvConfig(cls="launcher.envs.code_math:CodeMathEnv", max_turns=3, step_timeout_s=30.0,
                     config={"timeout_s": 10})
     tok = BytesTokenizer()
-    runner = EpisodeRunner(SimpleNamespace(environment=cfg), 400, tok)
+    runner = EpisodeRunner(SimpleNamespace(environment=cfg), 400, tok, templated=False)
     problem = Problem(prompt="What is 6 times 7?", answer="#### 42")
     episodes = runner.start([problem], [tok.encode(problem.prompt)], [0], 1)
 

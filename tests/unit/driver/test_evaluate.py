@@ -226,7 +226,7 @@ def test_episodes_are_evaluated_by_playing_them_with_the_environment():
     trainer = trainer_class("hf")(ActorSpec.planned(cfg, 0, 1))
     group = [engine_class("hf")(ActorSpec.planned(cfg, i)) for i in range(2)]
     sync_in_process(trainer, group, 0, with_base=True)
-    runner = EpisodeRunner(cfg.data, cfg.algorithm.max_response_len, tokenizer)
+    runner = EpisodeRunner(cfg.data, cfg.algorithm.max_response_len, tokenizer, templated=False)  # synthetic prompts
     ev = evaluate.make_evaluator(cfg, tokenizer, force=True, episodes=runner)
     row = ev.run(_LocalEngines(group), 4, 0, scorer=None, tokenizer=tokenizer)  # the env scores, not the task
     assert _no_time(ev.run(_LocalEngines(group), 4, 0, None, tokenizer)) == _no_time(row)
@@ -236,7 +236,7 @@ def test_episodes_are_evaluated_by_playing_them_with_the_environment():
     for problem, prompt in zip(ev.set.problems, ev.set.prompt_ids, strict=True):
         env = LookupEnv({}, {"reward_spec": {"ground_truth": problem.answer}})
         first = group[0].generate(GenerationRequest([prompt], 0, turn)).tokens[0]
-        observation = observation_ids(tokenizer, env.step(tokenizer.decode(first))["observations"])
+        observation = observation_ids(tokenizer, env.step(tokenizer.decode(first))["observations"], templated=False)
         second = group[0].generate(GenerationRequest([prompt + first + observation], 0, turn)).tokens[0]
         rewards.append(env.step(tokenizer.decode(second))["reward"])
         model_tokens.append(len(first) + len(second))
