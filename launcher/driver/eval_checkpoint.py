@@ -22,10 +22,9 @@ class CheckpointEval:
 def evaluate_checkpoint(checkpoint: Path, extra: list[str]) -> CheckpointEval | None:
     """The checkpoint's scores; None when the rules refuse the rebuilt run (findings on stderr).
     The val set and reward function load before Ray starts, so a mistake there costs a second."""
-    from launcher.driver.loop.episodes import EpisodeRunner
+    from launcher.driver.loop.episodes import episode_runner
     from launcher.driver.loop.evaluate import make_evaluator
     from launcher.driver.records.checkpoint import load_driver_state
-    from launcher.rl.prompts import prompts_templated
     from launcher.rl.reward_fn import make_scorer
     from launcher.rl.tokenizer import make_tokenizer
 
@@ -36,9 +35,7 @@ def evaluate_checkpoint(checkpoint: Path, extra: list[str]) -> CheckpointEval | 
     cfg = composed.config
     state = load_driver_state(checkpoint)
     tokenizer = make_tokenizer(cfg.model)
-    episodes = (EpisodeRunner(cfg.data, cfg.algorithm.max_response_len, tokenizer, prompts_templated(cfg.data, tokenizer))
-                if cfg.data.environment.cls else None)
-    evaluator = make_evaluator(cfg, tokenizer, force=True, log=sys.stderr, episodes=episodes)
+    evaluator = make_evaluator(cfg, tokenizer, force=True, log=sys.stderr, episodes=episode_runner(cfg, tokenizer))
     scorer = make_scorer(cfg.data)
     row = _score_on_ray(cfg, plan, checkpoint, state, evaluator, scorer, tokenizer)
     return CheckpointEval(state.step, state.policy_version, evaluator.set.source, row)

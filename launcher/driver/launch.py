@@ -72,17 +72,15 @@ class Refused(Exception):
 def _before_ray(config) -> tuple[object, _Data]:
     """(the scorer, the data): everything the driver reads before it starts Ray."""
     from launcher.driver.loop.data import DataError, PromptStream
-    from launcher.driver.loop.episodes import EpisodeRunner
+    from launcher.driver.loop.episodes import episode_runner
     from launcher.driver.loop.evaluate import make_evaluator
     from launcher.rl.env_class import EnvError
-    from launcher.rl.prompts import prompts_templated
     from launcher.rl.reward_fn import RewardFnError, make_scorer
 
     try:
         scorer, tokenizer = make_scorer(config.data), _tokenizer(config.model)
         stream = PromptStream(config.data, config.run.seed, tokenizer)
-        episodes = (EpisodeRunner(config.data, config.algorithm.max_response_len, tokenizer,
-                                  prompts_templated(config.data, tokenizer)) if config.data.environment.cls else None)
+        episodes = episode_runner(config, tokenizer)
         return scorer, _Data(tokenizer, stream, make_evaluator(config, tokenizer, episodes=episodes), episodes)
     except (DataError, FileNotFoundError, RewardFnError, EnvError) as err:
         raise Refused(str(err)) from err

@@ -173,6 +173,17 @@ class EpisodeRunner:
         self.failures_logged[kind] = self.failures_logged.get(kind, 0) + 1
 
 
+def episode_runner(config, tokenizer) -> EpisodeRunner | None:
+    """The run's EpisodeRunner with data.environment.cls (observations templated as its prompts are),
+    else None: what the run and `eval` build before Ray starts."""
+    from launcher.rl.prompts import prompts_templated
+
+    if not config.data.environment.cls:
+        return None
+    return EpisodeRunner(config.data, config.algorithm.max_response_len, tokenizer,
+                         prompts_templated(config.data, tokenizer))
+
+
 class EpisodeSet:
     """One chunk's episodes: the requests of their turns, and the Generation they make."""
 
